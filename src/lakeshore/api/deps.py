@@ -1,0 +1,60 @@
+"""What every route needs: the app's state, the caller, and the time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from lakeshore.config import Settings
+from lakeshore.services import auth
+from lakeshore.services import namespaces as ns_service
+from lakeshore.services.auth import Principal
+from lakeshore.services.namespaces import Namespace
+from lakeshore.store.engine import Store
+
+Clock = Callable[[], datetime]
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    store: Store
+    admin_token: str
+    admin_token_path: Path | None
+    clock: Clock
+
+
+def app_state(request: Request) -> AppState:
+    state: AppState = request.app.state.lakeshore
+    return state
+
+
+_bearer = HTTPBearer(auto_error=False, description="A namespace token, or the admin token.")
+
+
+async def principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    state = app_state(request)
+    presented = credentials.credentials if credentials else None
+    return await auth.authenticate(state.store, state.admin_token, presented)
+
+
+async def namespace(
+    ns: str,
+    request: Request,
+    caller: Annotated[Principal, Depends(principal)],
+) -> Namespace:
+    return await ns_service.resolve(app_state(request).store, caller, ns)
+
+
+State = Annotated[AppState, Depends(app_state)]
+Caller = Annotated[Principal, Depends(principal)]
+InNamespace = Annotated[Namespace, Depends(namespace)]

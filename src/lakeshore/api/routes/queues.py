@@ -1,0 +1,78 @@
+"""Queue records: create, list, read, PATCH, lifecycle transitions, stats."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+
+from lakeshore.api.deps import InNamespace, State
+from lakeshore.domain.states import TRANSITIONS, Transition
+from lakeshore.services import queues as queue_service
+
+router = APIRouter(prefix="/v1/namespaces/{ns}/queues", tags=["queues"])
+
+QUEUE_SPEC_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueueSpec"}}},
+    }
+}
+QUEUE_PATCH_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueuePatch"}}},
+    }
+}
+RawBody = Annotated[Any, Body()]
+
+
+@router.get("", summary="List queues (archived ones only when asked)")
+async def list_queues(
+    ns: InNamespace,
+    state: State,
+    include_archived: Annotated[bool, Query(description="Include archived queues")] = False,
+) -> dict[str, Any]:
+    found = await queue_service.list_(state.store, ns, include_archived=include_archived)
+    return {"queues": [queue.to_json() for queue in found]}
+
+
+@router.post("", status_code=201, summary="Create a queue", openapi_extra=QUEUE_SPEC_BODY)
+async def create_queue(ns: InNamespace, state: State, body: RawBody) -> dict[str, Any]:
+    queue = await queue_service.create(state.store, ns, body, state.clock())
+    return queue.to_json()
+
+
+@router.get("/{name}", summary="Read a queue")
+async def get_queue(name: str, ns: InNamespace, state: State) -> dict[str, Any]:
+    return (await queue_service.get(state.store, ns, name)).to_json()
+
+
+@router.patch(
+    "/{name}",
+    summary="Change a queue: each field given replaces that field whole; null clears it",
+    openapi_extra=QUEUE_PATCH_BODY,
+)
+async def patch_queue(name: str, ns: InNamespace, state: State, body: RawBody) -> dict[str, Any]:
+    queue = await queue_service.patch(state.store, ns, name, body, state.clock())
+    return queue.to_json()
+
+
+@router.get("/{name}/stats", summary="The queue's signals: pending, running, daemons, utilization")
+async def queue_stats(name: str, ns: InNamespace, state: State) -> dict[str, Any]:
+    return await queue_service.stats(state.store, ns, name)
+
+
+def _transition_route(action: Transition) -> None:
+    async def move(name: str, ns: InNamespace, state: State) -> dict[str, Any]:
+        queue = await queue_service.transition(state.store, ns, name, action, state.clock())
+        return queue.to_json()
+
+    move.__name__ = f"{action}_queue"
+    router.add_api_route(
+        f"/{{name}}/{action}", move, methods=["POST"], summary=f"{action.capitalize()} a queue"
+    )
+
+
+for _action in TRANSITIONS:
+    _transition_route(_action)

@@ -1,0 +1,67 @@
+"""Server settings, read from the environment (and overridable by ``lakeshore server`` flags).
+
+| variable                   | default                                   |
+| -------------------------- | ----------------------------------------- |
+| ``LAKESHORE_DATABASE_URL`` | ``sqlite:///<data dir>/lakeshore.db``     |
+| ``LAKESHORE_DATA_DIR``     | the per-user data dir (``~/.local/share/lakeshore`` on Linux) |
+| ``LAKESHORE_ADMIN_TOKEN``  | generated once, written 0600 to ``<data dir>/admin-token`` |
+| ``LAKESHORE_MAX_BODY_BYTES`` | ``1048576`` (larger request bodies get 413) |
+| ``LAKESHORE_NODE_ID``      | none (queues pinned to a node id are ticked only there) |
+| ``ELASTICITY_ENABLED``     | ``true``                                  |
+| ``ELASTICITY_INTERVAL_S``  | ``5``                                     |
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8270
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("lakeshore", appauthor=False))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(
+        default_factory=default_data_dir, validation_alias=AliasChoices("LAKESHORE_DATA_DIR", "data_dir")
+    )
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("LAKESHORE_DATABASE_URL", "database_url")
+    )
+    admin_token: str | None = Field(
+        default=None, validation_alias=AliasChoices("LAKESHORE_ADMIN_TOKEN", "admin_token")
+    )
+    max_body_bytes: int = Field(
+        default=1 << 20,
+        gt=0,
+        validation_alias=AliasChoices("LAKESHORE_MAX_BODY_BYTES", "max_body_bytes"),
+    )
+    node_id: str | None = Field(
+        default=None, validation_alias=AliasChoices("LAKESHORE_NODE_ID", "node_id")
+    )
+    elasticity_enabled: bool = Field(
+        default=True, validation_alias=AliasChoices("ELASTICITY_ENABLED", "elasticity_enabled")
+    )
+    elasticity_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        validation_alias=AliasChoices("ELASTICITY_INTERVAL_S", "elasticity_interval_s"),
+    )
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'lakeshore.db'}"
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.data_dir / ADMIN_TOKEN_FILE

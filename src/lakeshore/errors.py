@@ -1,0 +1,71 @@
+"""Lakeshore's exception tree.
+
+Every error Lakeshore raises on purpose derives from :class:`LakeshoreError`. Each class
+carries a stable ``code`` (the machine-readable name an API client sees) and the HTTP
+status the API answers with; the mapping lives here, in one place, so the service layer
+never thinks in status codes and the API layer never invents them.
+
+    LakeshoreError
+    ├── InvalidInput          422  a value breaks a rule (names the field)
+    ├── Unauthorized          401  no token, or a token that opens nothing
+    ├── Forbidden             403  a valid token asking for what it may not do
+    ├── NotFound              404  absent, or in a namespace the caller cannot see
+    ├── Conflict              409  the request clashes with the record's current state
+    ├── PayloadTooLarge       413  a body over the server's cap
+    ├── TooManyRequests       429  admission refused the request for now
+    └── StoreUnavailable      503  the database could not be reached
+"""
+
+from __future__ import annotations
+
+
+class LakeshoreError(Exception):
+    """Root of every error Lakeshore raises on purpose."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidInput(LakeshoreError):
+    status = 422
+    code = "invalid"
+
+
+class Unauthorized(LakeshoreError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(LakeshoreError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(LakeshoreError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(LakeshoreError):
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(LakeshoreError):
+    status = 413
+    code = "payload_too_large"
+
+
+class TooManyRequests(LakeshoreError):
+    status = 429
+    code = "too_many_requests"
+
+
+class StoreUnavailable(LakeshoreError):
+    status = 503
+    code = "store_unavailable"

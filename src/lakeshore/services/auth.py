@@ -1,0 +1,79 @@
+"""Who is calling: the admin, or a namespace (through a user's or a worker's token).
+
+Every failure looks the same to the caller (401, "invalid or missing token") so a probe
+learns nothing about which tokens exist.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lakeshore.domain import tokens
+from lakeshore.errors import Forbidden, Unauthorized
+from lakeshore.store import namespaces as ns_store
+from lakeshore.store.engine import Store
+
+PrincipalKind = Literal["admin", "namespace", "worker"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    kind: PrincipalKind
+    namespace_id: str | None = None
+    namespace: str | None = None
+    token_id: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.kind == "admin"
+
+    def can_see(self, namespace: str) -> bool:
+        return self.is_admin or self.namespace == namespace
+
+    def require_admin(self, what: str) -> None:
+        if not self.is_admin:
+            raise Forbidden(f"only the admin token can {what}")
+
+
+ADMIN = Principal(kind="admin")
+
+
+async def authenticate(store: Store, admin_token: str, presented: str | None) -> Principal:
+    if not presented:
+        raise Unauthorized("missing token: send Authorization: Bearer <token>")
+    if tokens.same_token(presented, admin_token):
+        return ADMIN
+    parsed = tokens.parse(presented)
+    if parsed is not None:
+        async with store.read() as conn:
+            row = await ns_store.get_token(conn, parsed.id)
+        if row is not None and tokens.matches(parsed.secret, row["secret_hash"]):
+            return Principal(
+                kind="worker" if row["kind"] == "worker" else "namespace",
+                namespace_id=row["namespace_id"],
+                namespace=row["namespace_name"],
+                token_id=row["id"],
+            )
+    raise Unauthorized("invalid or missing token")
+
+
+def load_or_create_admin_token(configured: str | None, path: Path) -> tuple[str, Path | None]:
+    """The admin token: the configured one, else the one in ``path``, else a new one
+    written there with mode 0600. Returns the token and the file it lives in (if any)."""
+    if configured:
+        return configured, None
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token, path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = tokens.mint().plaintext
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    os.replace(tmp, path)  # atomic: a concurrent reader never sees a half-written file
+    return token, path

@@ -1,0 +1,124 @@
+"""Queue records: create, read, change, and move through their lifecycle."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from lakeshore.domain import states
+from lakeshore.domain.ids import new_id
+from lakeshore.domain.queue import Queue, merge_patch, parse_spec
+from lakeshore.domain.states import Transition
+from lakeshore.errors import Conflict, NotFound
+from lakeshore.services.namespaces import Namespace
+from lakeshore.store import queues as queue_store
+from lakeshore.store.engine import Store
+
+
+def _not_found(name: str) -> NotFound:
+    return NotFound(f'queue "{name}" not found', field="name")
+
+
+def _taken(name: str) -> Conflict:
+    return Conflict(f'queue "{name}" already exists in this namespace', field="name")
+
+
+async def create(store: Store, ns: Namespace, body: Any, now: datetime) -> Queue:
+    spec = parse_spec(body)
+    try:
+        async with store.write() as conn:
+            existing = await queue_store.get_queue(conn, ns.id, spec.name)
+            if existing is not None:
+                hint = " (archived: unarchive it to use it again)" if existing.state == "archived" else ""
+                raise Conflict(
+                    f'queue "{spec.name}" already exists in this namespace{hint}', field="name"
+                )
+            return await queue_store.insert_queue(
+                conn, id=new_id("q"), namespace_id=ns.id, spec=spec, now=now
+            )
+    except IntegrityError as exc:
+        raise _taken(spec.name) from exc
+
+
+async def get(store: Store, ns: Namespace, name: str) -> Queue:
+    async with store.read() as conn:
+        queue = await queue_store.get_queue(conn, ns.id, name)
+    if queue is None:
+        raise _not_found(name)
+    return queue
+
+
+async def list_(store: Store, ns: Namespace, *, include_archived: bool = False) -> list[Queue]:
+    async with store.read() as conn:
+        return await queue_store.list_queues(conn, ns.id, include_archived=include_archived)
+
+
+async def patch(store: Store, ns: Namespace, name: str, body: Any, now: datetime) -> Queue:
+    async with store.write() as conn:
+        queue = await queue_store.get_queue(conn, ns.id, name)
+        if queue is None:
+            raise _not_found(name)
+        if queue.state == "archived":
+            raise Conflict(f'queue "{name}" is archived (read-only); unarchive it first')
+        spec = merge_patch(queue.spec, body)
+        return await queue_store.update_spec(conn, queue, spec, now)
+
+
+async def transition(
+    store: Store, ns: Namespace, name: str, action: Transition, now: datetime
+) -> Queue:
+    async with store.write() as conn:
+        queue = await queue_store.get_queue(conn, ns.id, name)
+        if queue is None:
+            raise _not_found(name)
+        target = states.next_state(queue.state, action)
+        if target == queue.state:
+            return queue
+        if target == "archived":
+            counts = await queue_store.invocation_counts(conn, queue.id)
+            open_ = sum(counts.get(state, 0) for state in queue_store.OPEN_STATES)
+            if open_:
+                raise Conflict(
+                    f'queue "{name}" still holds {open_} pending or running invocation'
+                    f"{'s' if open_ != 1 else ''}; drain it before archiving",
+                    field="state",
+                )
+        return await queue_store.update_state(conn, queue, target, now)
+
+
+async def stats(store: Store, ns: Namespace, name: str) -> dict[str, Any]:
+    """The signals the controller reads, as they stand now.
+
+    Utilization counts the server's own running leases against the fleet's capacity,
+    so it is right even when daemons do not report what they run; with no capacity it
+    is 1.0 when work is waiting and 0.0 otherwise.
+    """
+    async with store.read() as conn:
+        queue = await queue_store.get_queue(conn, ns.id, name)
+        if queue is None:
+            raise _not_found(name)
+        counts = await queue_store.invocation_counts(conn, queue.id)
+        fleet = await queue_store.fleet_counts(conn, queue.id)
+        in_flight = await queue_store.in_flight_launches(conn, ns.id, name)
+    pending, running = counts.get("pending", 0), counts.get("running", 0)
+    capacity = fleet["capacity"]
+    if capacity:
+        utilization = min(1.0, running / capacity)
+    else:
+        utilization = 1.0 if pending else 0.0
+    return {
+        "queue": name,
+        "state": queue.state,
+        "pending": pending,
+        "running": running,
+        "byState": {
+            s: counts.get(s, 0)
+            for s in ("pending", "running", "succeeded", "failed", "cancelled", "expired")
+        },
+        "daemonCount": fleet["daemons"],
+        "capacity": capacity,
+        "utilization": round(utilization, 4),
+        "inFlight": in_flight,
+    }

@@ -1,0 +1,134 @@
+"""Connecting to the store and keeping its schema current.
+
+One URL chooses the engine: ``sqlite:///path`` (the embedded default, WAL mode) or
+``postgresql://…`` (production). Both are driven through SQLAlchemy's async engine —
+aiosqlite and psycopg 3 — and migrated with Alembic on a synchronous connection at start.
+Several servers starting at once on one PostgreSQL take an advisory lock, so exactly one
+of them applies a migration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, create_engine, event, pool, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from lakeshore.errors import InvalidInput
+
+_MIGRATION_LOCK = 0x1A4E5_0001  # pg_advisory_lock key for schema changes
+_WRITE = "lakeshore_write"
+
+
+def parse_url(raw: str) -> URL:
+    """Validate a database URL and pin the drivers Lakeshore ships with."""
+    try:
+        url = make_url(raw)
+    except ArgumentError as exc:
+        raise InvalidInput(f"not a database URL: {raw!r}", field="database_url") from exc
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return url.set(drivername="sqlite")
+    if backend in ("postgresql", "postgres"):
+        return url.set(drivername="postgresql+psycopg")
+    raise InvalidInput(
+        f"unsupported database {backend!r}: use sqlite:///PATH or postgresql://…",
+        field="database_url",
+    )
+
+
+def async_url(url: URL) -> URL:
+    return url.set(drivername="sqlite+aiosqlite") if url.get_backend_name() == "sqlite" else url
+
+
+def _sqlite_setup(engine: Any) -> None:
+    """WAL, foreign keys, a busy timeout, and transactions Lakeshore opens itself.
+
+    The stdlib driver's own transaction handling is switched off so that a write starts
+    with ``BEGIN IMMEDIATE``: it waits for the write lock up front instead of failing
+    half-way when a read turns into a write.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def create_engine_for(url: URL, *, pool_size: int = 10) -> AsyncEngine:
+    if url.get_backend_name() == "sqlite":
+        engine = create_async_engine(async_url(url))
+        _sqlite_setup(engine.sync_engine)
+        return engine
+    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def migrate(url: URL) -> None:
+    """Bring the schema to the newest revision (idempotent; safe with concurrent servers)."""
+    sync = create_engine(url, poolclass=pool.NullPool)
+    if url.get_backend_name() == "sqlite":
+        _sqlite_setup(sync)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resources.files("lakeshore.store") / "migrations"))
+    try:
+        with sync.connect() as conn:
+            if url.get_backend_name() == "postgresql":
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
+                conn.commit()
+            try:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+                conn.commit()
+            finally:
+                if url.get_backend_name() == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK})
+                    conn.commit()
+    finally:
+        sync.dispose()
+
+
+class Store:
+    """The connection pool, and the two ways in: a read, or a write transaction."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(**{_WRITE: True})
+            async with conn.begin():
+                yield conn
+
+    async def ping(self) -> None:
+        async with self.read() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def close(self) -> None:
+        await self.engine.dispose()

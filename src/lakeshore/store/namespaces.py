@@ -1,0 +1,62 @@
+"""Namespaces and their tokens."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import RowMapping, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.store.tables import namespaces, tokens
+
+
+async def get_by_name(conn: AsyncConnection, name: str) -> RowMapping | None:
+    result = await conn.execute(select(namespaces).where(namespaces.c.name == name))
+    return result.mappings().first()
+
+
+async def list_all(conn: AsyncConnection) -> list[RowMapping]:
+    result = await conn.execute(select(namespaces).order_by(namespaces.c.name))
+    return list(result.mappings())
+
+
+async def insert_namespace(conn: AsyncConnection, *, id: str, name: str, now: datetime) -> None:
+    await conn.execute(insert(namespaces).values(id=id, name=name, created_at=now))
+
+
+async def insert_token(
+    conn: AsyncConnection,
+    *,
+    id: str,
+    namespace_id: str,
+    kind: str,
+    secret_hash: str,
+    now: datetime,
+    name: str | None = None,
+    worker_id: str | None = None,
+) -> None:
+    await conn.execute(
+        insert(tokens).values(
+            id=id,
+            namespace_id=namespace_id,
+            kind=kind,
+            name=name,
+            secret_hash=secret_hash,
+            worker_id=worker_id,
+            created_at=now,
+        )
+    )
+
+
+async def get_token(conn: AsyncConnection, token_id: str) -> RowMapping | None:
+    """A live (unrevoked) token with its namespace's name."""
+    query = (
+        select(tokens, namespaces.c.name.label("namespace_name"))
+        .join(namespaces, namespaces.c.id == tokens.c.namespace_id)
+        .where(tokens.c.id == token_id, tokens.c.revoked_at.is_(None))
+    )
+    return (await conn.execute(query)).mappings().first()
+
+
+async def revoke_token(conn: AsyncConnection, token_id: str, now: datetime) -> None:
+    await conn.execute(update(tokens).where(tokens.c.id == token_id).values(revoked_at=now))

@@ -1,0 +1,96 @@
+"""Queue records and the counts read off them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.domain.queue import Queue, QueueSpec
+from lakeshore.domain.states import QueueState
+from lakeshore.store.rows import queue_columns, queue_from_row
+from lakeshore.store.tables import invocations, launches, queues, worker_queues, workers
+
+OPEN_STATES = ("pending", "running")
+
+
+async def insert_queue(
+    conn: AsyncConnection, *, id: str, namespace_id: str, spec: QueueSpec, now: datetime
+) -> Queue:
+    values = {
+        "id": id,
+        "namespace_id": namespace_id,
+        "state": "active",
+        "created_at": now,
+        "updated_at": now,
+        **queue_columns(spec),
+    }
+    await conn.execute(insert(queues).values(**values))
+    return Queue(
+        id=id, namespace_id=namespace_id, spec=spec, state="active", created_at=now, updated_at=now
+    )
+
+
+async def get_queue(conn: AsyncConnection, namespace_id: str, name: str) -> Queue | None:
+    query = select(queues).where(queues.c.namespace_id == namespace_id, queues.c.name == name)
+    row = (await conn.execute(query)).mappings().first()
+    return queue_from_row(row) if row else None
+
+
+async def list_queues(
+    conn: AsyncConnection, namespace_id: str, *, include_archived: bool = False
+) -> list[Queue]:
+    query = select(queues).where(queues.c.namespace_id == namespace_id).order_by(queues.c.name)
+    if not include_archived:
+        query = query.where(queues.c.state != "archived")
+    return [queue_from_row(row) for row in (await conn.execute(query)).mappings()]
+
+
+async def update_spec(conn: AsyncConnection, queue: Queue, spec: QueueSpec, now: datetime) -> Queue:
+    await conn.execute(
+        update(queues).where(queues.c.id == queue.id).values(updated_at=now, **queue_columns(spec))
+    )
+    return queue.model_copy(update={"spec": spec, "updated_at": now})
+
+
+async def update_state(
+    conn: AsyncConnection, queue: Queue, state: QueueState, now: datetime
+) -> Queue:
+    await conn.execute(update(queues).where(queues.c.id == queue.id).values(state=state, updated_at=now))
+    return queue.model_copy(update={"state": state, "updated_at": now})
+
+
+async def invocation_counts(conn: AsyncConnection, queue_id: str) -> dict[str, int]:
+    """Invocations of one queue by state (states with none are absent)."""
+    query = (
+        select(invocations.c.state, func.count())
+        .where(invocations.c.queue_id == queue_id)
+        .group_by(invocations.c.state)
+    )
+    return {state: count for state, count in (await conn.execute(query)).all()}
+
+
+async def fleet_counts(conn: AsyncConnection, queue_id: str) -> dict[str, Any]:
+    """Daemons subscribed to a queue, their capacity, and what they report running."""
+    query = (
+        select(
+            func.count(workers.c.id),
+            func.coalesce(func.sum(workers.c.max_invocations), 0),
+            func.coalesce(func.sum(workers.c.current_invocations), 0),
+        )
+        .select_from(worker_queues.join(workers, workers.c.id == worker_queues.c.worker_id))
+        .where(worker_queues.c.queue_id == queue_id)
+    )
+    daemons, capacity, reported = (await conn.execute(query)).one()
+    return {"daemons": int(daemons), "capacity": int(capacity), "reported": int(reported)}
+
+
+async def in_flight_launches(conn: AsyncConnection, namespace_id: str, scope: str) -> int:
+    query = select(func.count()).where(
+        launches.c.namespace_id == namespace_id,
+        launches.c.scope == scope,
+        launches.c.state == "in_flight",
+    )
+    return int((await conn.execute(query)).scalar_one())

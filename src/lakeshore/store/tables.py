@@ -1,0 +1,251 @@
+"""The schema: every table Lakeshore keeps, on SQLite and PostgreSQL alike.
+
+Changes to this file come with an Alembic revision in ``migrations/versions``; a test
+checks that the two agree. Indexes serve the hot queries named beside them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+from lakeshore.store.types import Json, UTCDateTime
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+ID = String(40)
+CASCADE = "CASCADE"
+
+namespaces = Table(
+    "namespaces",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(63), nullable=False, unique=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    # "namespace" (a user's token) or "worker" (minted for one launched daemon)
+    Column("kind", String(16), nullable=False),
+    Column("name", String(128), nullable=True),
+    Column("secret_hash", String(64), nullable=False),
+    Column("worker_id", ID, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("revoked_at", UTCDateTime(), nullable=True),
+    Index(None, "namespace_id"),
+)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("description", Text, nullable=True),
+    Column("kind", String(16), nullable=False),
+    Column("kind_params", Json, nullable=True),
+    Column("admission", Json, nullable=True),
+    Column("reserved_slots", Integer, nullable=True),
+    Column("auth_policy", Json, nullable=True),
+    Column("provider_ref", String(63), nullable=True),
+    Column("elasticity", Json, nullable=True),
+    # copied out of ``elasticity`` so the controller can group pools in SQL
+    Column("pool", String(63), nullable=True),
+    Column("daemon_template", Json, nullable=True),
+    Column("custom_scaler_udf", String(512), nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("server_node_id", String(128), nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("namespace_id", "name"),
+    Index(None, "state", "pool"),  # the controller's sweep of active queues
+)
+
+providers = Table(
+    "providers",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("config", Json, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("namespace_id", "name"),
+)
+
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    Column("launch_id", ID, nullable=True),
+    Column("runners", Json, nullable=False),
+    Column("tags", Json, nullable=False),
+    Column("capabilities", Json, nullable=False),
+    Column("max_invocations", Integer, nullable=False),
+    Column("current_invocations", Integer, nullable=True),  # only when the daemon reports it
+    Column("cost_weight", Float, nullable=True),
+    Column("retiring", Boolean, nullable=False, server_default=text("false")),
+    Column("last_seen_at", UTCDateTime(), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Index(None, "namespace_id"),
+    Index(None, "last_seen_at"),  # the reaper's sweep for silent workers
+    Index(None, "launch_id"),
+)
+
+worker_queues = Table(
+    "worker_queues",
+    metadata,
+    Column("worker_id", ID, ForeignKey("workers.id", ondelete=CASCADE), primary_key=True),
+    Column("queue_id", ID, ForeignKey("queues.id", ondelete=CASCADE), primary_key=True),
+    Index(None, "queue_id"),  # daemon count per queue
+)
+
+retired_workers = Table(
+    "retired_workers",
+    metadata,
+    Column("id", ID, primary_key=True),  # refused at hello once retired
+    Column("namespace_id", ID, nullable=False),
+    Column("retired_at", UTCDateTime(), nullable=False),
+    Column("reason", Text, nullable=True),
+)
+
+invocations = Table(
+    "invocations",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    Column("queue_id", ID, ForeignKey("queues.id", ondelete=CASCADE), nullable=False),
+    Column("queue_name", String(63), nullable=False),  # denormalized, as the model says
+    Column("fn", String(512), nullable=False),
+    Column("args", Json, nullable=False),
+    Column("kwargs", Json, nullable=False),
+    Column("priority", Float, nullable=False, server_default=text("0")),
+    Column("key", String(256), nullable=True),
+    # pending | running | succeeded | failed | cancelled | expired
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False, server_default=text("1")),
+    Column("timeout_s", Float, nullable=True),
+    Column("worker_id", ID, nullable=True),
+    Column("lease_expires_at", UTCDateTime(), nullable=True),
+    Column("available_at", UTCDateTime(), nullable=False),  # retry backoff
+    Column("result", Json, nullable=True),
+    Column("error", Json, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("started_at", UTCDateTime(), nullable=True),
+    Column("finished_at", UTCDateTime(), nullable=True),
+    # idempotency: a key is unique per namespace + queue (a queue id implies both)
+    UniqueConstraint("queue_id", "key"),
+    # pending count per queue, and per-state counts for stats
+    Index(None, "queue_id", "state"),
+    # next claimable invocation per queue (fifo / filo): only pending rows are indexed
+    Index(
+        "ix_invocations_claimable",
+        "queue_id",
+        "created_at",
+        "id",
+        sqlite_where=text("state = 'pending'"),
+        postgresql_where=text("state = 'pending'"),
+    ),
+    # the reaper's sweep for expired leases
+    Index(
+        "ix_invocations_leases",
+        "lease_expires_at",
+        sqlite_where=text("state = 'running'"),
+        postgresql_where=text("state = 'running'"),
+    ),
+    Index(None, "worker_id"),
+)
+
+# next claimable invocation per queue (priority, boltzmann): highest priority, then oldest
+Index(
+    "ix_invocations_claimable_priority",
+    invocations.c.queue_id,
+    invocations.c.priority.desc(),
+    invocations.c.created_at,
+    invocations.c.id,
+    sqlite_where=text("state = 'pending'"),
+    postgresql_where=text("state = 'pending'"),
+)
+
+stream_items = Table(
+    "stream_items",
+    metadata,
+    Column("invocation_id", ID, ForeignKey("invocations.id", ondelete=CASCADE), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("item", Json, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
+
+elasticity_events = Table(
+    "elasticity_events",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    Column("queue_name", String(80), nullable=False),  # a queue's name, or "pool:<name>"
+    Column("action", String(16), nullable=False),  # scale_up | scale_down | tick_noop
+    Column("reason", Text, nullable=False),
+    Column("before", Json, nullable=False),
+    Column("after", Json, nullable=False),
+    Column("signals", Json, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # the feed: newest first, per queue or pool, optionally without noops
+    Index(None, "namespace_id", "queue_name", "id"),
+)
+
+controller_state = Table(
+    "controller_state",
+    metadata,
+    # hysteresis counters survive restarts and leader changes
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), primary_key=True),
+    Column("scope", String(80), primary_key=True),  # a queue's name, or "pool:<name>"
+    Column("consecutive_above", Integer, nullable=False, server_default=text("0")),
+    Column("consecutive_below", Integer, nullable=False, server_default=text("0")),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+launches = Table(
+    "launches",
+    metadata,
+    Column("id", ID, primary_key=True),  # the launch_id a daemon presents at hello
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    Column("scope", String(80), nullable=False),  # a queue's name, or "pool:<name>"
+    Column("provider_name", String(63), nullable=False),
+    # in_flight | succeeded | failed | expired
+    Column("state", String(16), nullable=False),
+    Column("handle", Json, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("worker_id", ID, nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Column("resolved_at", UTCDateTime(), nullable=True),
+    # in_flight per queue or pool
+    Index(None, "namespace_id", "scope", "state"),
+)
