@@ -33,7 +33,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
 
     data_dir: Path = Field(
-        default_factory=default_data_dir, validation_alias=AliasChoices("LAKESHORE_DATA_DIR", "data_dir")
+        default_factory=default_data_dir,
+        validation_alias=AliasChoices("LAKESHORE_DATA_DIR", "data_dir"),
     )
     database_url: str | None = Field(
         default=None, validation_alias=AliasChoices("LAKESHORE_DATABASE_URL", "database_url")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 import anyio
 from fastapi import FastAPI
@@ -17,9 +17,11 @@ from lakeshore.api.deps import AppState, Clock
 from lakeshore.api.limits import BodySizeLimit
 from lakeshore.api.routes import health, namespaces, queues
 from lakeshore.config import Settings
+from lakeshore.errors import Conflict
 from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
-from lakeshore.store.engine import Store, create_engine_for, migrate, parse_url
+from lakeshore.services import queues as queue_service
+from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 
 log = logging.getLogger("lakeshore.server")
 
@@ -28,20 +30,36 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock = utc_now) -> FastAPI:
+DEMO_QUEUE = {
+    "name": "demo",
+    "description": "A first queue to look at: fully elastic, 0 to 4 daemons.",
+    "elasticity": {"kind": "fully_elastic", "min": 0, "max": 4},
+}
+
+
+async def _create_demo_queue(store: Store, now: datetime) -> None:
+    ns = await ns_service.resolve(store, auth.ADMIN, ns_service.DEFAULT_NAMESPACE)
+    with contextlib.suppress(Conflict):  # kept from an earlier start
+        await queue_service.create(store, ns, DEMO_QUEUE, now)
+
+
+def create_app(
+    settings: Settings | None = None, *, clock: Clock = utc_now, demo: bool = False
+) -> FastAPI:
+    """The API application; ``demo`` creates the demo queue at start if it is missing."""
     settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = parse_url(settings.resolved_database_url)
-        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        await anyio.to_thread.run_sync(migrate, url)
+        await anyio.to_thread.run_sync(prepare, url)
         store = Store(create_engine_for(url))
         token, token_path = auth.load_or_create_admin_token(
             settings.admin_token, settings.admin_token_path
         )
         await ns_service.ensure(store, ns_service.DEFAULT_NAMESPACE, clock())
+        if demo:
+            await _create_demo_queue(store, clock())
         app.state.lakeshore = AppState(
             settings=settings,
             store=store,
@@ -49,7 +67,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock = utc_now) -> F
             admin_token_path=token_path,
             clock=clock,
         )
-        log.info("lakeshore %s serving on %s", __version__, url.render_as_string(hide_password=True))
+        log.info(
+            "lakeshore %s serving on %s", __version__, url.render_as_string(hide_password=True)
+        )
         try:
             yield
         finally:

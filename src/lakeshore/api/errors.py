@@ -8,6 +8,7 @@ are mapped here, and anything unexpected becomes a 500 without a traceback in th
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -41,7 +42,7 @@ def error_response(
     code: str,
     message: str,
     field: str | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     error: dict[str, Any] = {"code": code, "message": message}
     if field:

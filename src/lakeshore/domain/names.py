@@ -1,7 +1,7 @@
 """Names users choose: queues, namespaces, providers, pools.
 
 One rule for all of them keeps URLs, CLI arguments and YAML keys unambiguous:
-1–63 characters of lowercase letters, digits, ``-``, ``_`` and ``.``, starting with a
+1-63 characters of lowercase letters, digits, ``-``, ``_`` and ``.``, starting with a
 letter or a digit.
 """
 

@@ -150,9 +150,11 @@ class Elasticity(BaseModel):
             eff_high = DEFAULT_THRESHOLD if high is None else high
             eff_low = DEFAULT_THRESHOLD_LOW if value is None else value
             if eff_low >= eff_high:
+                low_note = "" if value is not None else ", the default"
+                high_note = "" if high is not None else ", the default"
                 raise ValueError(
-                    f"threshold_low ({eff_low}{'' if value is not None else ', the default'}) "
-                    f"must be below threshold ({eff_high}{'' if high is not None else ', the default'})"
+                    f"threshold_low ({eff_low}{low_note}) must be below "
+                    f"threshold ({eff_high}{high_note})"
                 )
         return value
 
@@ -172,8 +174,13 @@ class Elasticity(BaseModel):
 
 class DaemonTemplate(BaseModel):
     model_config = ConfigDict(
-        strict=True, extra="forbid", allow_inf_nan=False, frozen=True,
-        validate_by_alias=True, validate_by_name=False, serialize_by_alias=True,
+        strict=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        frozen=True,
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
     )
 
     instance_type: Label | None = None
@@ -193,8 +200,13 @@ class QueueSpec(BaseModel):
     """Every field of a queue that a user writes (create takes it; PATCH replaces parts)."""
 
     model_config = ConfigDict(
-        strict=True, extra="forbid", allow_inf_nan=False, frozen=True,
-        alias_generator=to_camel, validate_by_alias=True, validate_by_name=False,
+        strict=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
         serialize_by_alias=True,
     )
 

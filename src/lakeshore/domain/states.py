@@ -34,7 +34,5 @@ def next_state(current: QueueState, transition: Transition) -> QueueState:
     if current == target or current in sources:
         return target
     if current == "archived":
-        raise Conflict(
-            f"queue is archived; run unarchive before {transition}", field="state"
-        )
+        raise Conflict(f"queue is archived; run unarchive before {transition}", field="state")
     raise Conflict(f"cannot {transition} a queue that is {current}", field="state")

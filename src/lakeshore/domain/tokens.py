@@ -40,7 +40,9 @@ def mint() -> NewToken:
     """A fresh token; ``plaintext`` is shown once and never stored."""
     token_id = secrets.token_hex(_ID_BYTES)
     secret = secrets.token_urlsafe(_SECRET_BYTES)
-    return NewToken(id=token_id, secret_hash=digest(secret), plaintext=f"{PREFIX}{token_id}_{secret}")
+    return NewToken(
+        id=token_id, secret_hash=digest(secret), plaintext=f"{PREFIX}{token_id}_{secret}"
+    )
 
 
 def parse(token: str) -> ParsedToken | None:

@@ -36,7 +36,7 @@ def describe(error: Any) -> tuple[str | None, str]:
 
 def invalid_input(exc: ValidationError, *, prefix: Sequence[str] = ()) -> InvalidInput:
     errors = exc.errors()
-    first = dict(errors[0]) if errors else {}
+    first: dict[str, Any] = dict(errors[0]) if errors else {}
     first["loc"] = (*prefix, *first.get("loc", ()))
     field, message = describe(first)
     text = f"{field}: {message}" if field else message

@@ -1,0 +1,1 @@
+"""Use cases: what the API and CLI ask for, composed from the store and the domain."""

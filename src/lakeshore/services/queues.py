@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
-from lakeshore.domain import states
+from lakeshore.domain import signals, states
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.queue import Queue, merge_patch, parse_spec
 from lakeshore.domain.states import Transition
@@ -31,7 +31,11 @@ async def create(store: Store, ns: Namespace, body: Any, now: datetime) -> Queue
         async with store.write() as conn:
             existing = await queue_store.get_queue(conn, ns.id, spec.name)
             if existing is not None:
-                hint = " (archived: unarchive it to use it again)" if existing.state == "archived" else ""
+                hint = (
+                    " (archived: unarchive it to use it again)"
+                    if existing.state == "archived"
+                    else ""
+                )
                 raise Conflict(
                     f'queue "{spec.name}" already exists in this namespace{hint}', field="name"
                 )
@@ -104,10 +108,7 @@ async def stats(store: Store, ns: Namespace, name: str) -> dict[str, Any]:
         in_flight = await queue_store.in_flight_launches(conn, ns.id, name)
     pending, running = counts.get("pending", 0), counts.get("running", 0)
     capacity = fleet["capacity"]
-    if capacity:
-        utilization = min(1.0, running / capacity)
-    else:
-        utilization = 1.0 if pending else 0.0
+    utilization = signals.utilization(running=running, capacity=capacity, pending=pending)
     return {
         "queue": name,
         "state": queue.state,

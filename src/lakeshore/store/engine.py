@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from alembic import command
@@ -102,6 +103,13 @@ def migrate(url: URL) -> None:
                     conn.commit()
     finally:
         sync.dispose()
+
+
+def prepare(url: URL) -> None:
+    """Make sure a SQLite file's folder exists, then migrate."""
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    migrate(url)
 
 
 class Store:

@@ -58,7 +58,9 @@ async def update_spec(conn: AsyncConnection, queue: Queue, spec: QueueSpec, now:
 async def update_state(
     conn: AsyncConnection, queue: Queue, state: QueueState, now: datetime
 ) -> Queue:
-    await conn.execute(update(queues).where(queues.c.id == queue.id).values(state=state, updated_at=now))
+    await conn.execute(
+        update(queues).where(queues.c.id == queue.id).values(state=state, updated_at=now)
+    )
     return queue.model_copy(update={"state": state, "updated_at": now})
 
 

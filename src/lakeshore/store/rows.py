@@ -9,9 +9,7 @@ from sqlalchemy import RowMapping
 from lakeshore.domain.queue import Queue, QueueSpec
 
 # camelCase field name in the record → column name in ``queues``
-COLUMN_OF: Final = {
-    (info.alias or name): name for name, info in QueueSpec.model_fields.items()
-}
+COLUMN_OF: Final = {(info.alias or name): name for name, info in QueueSpec.model_fields.items()}
 
 
 def queue_columns(spec: QueueSpec) -> dict[str, Any]:

@@ -207,7 +207,9 @@ stream_items = Table(
 elasticity_events = Table(
     "elasticity_events",
     metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
     Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
     Column("queue_name", String(80), nullable=False),  # a queue's name, or "pool:<name>"
     Column("action", String(16), nullable=False),  # scale_up | scale_down | tick_noop

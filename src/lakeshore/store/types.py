@@ -35,6 +35,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
+        assert isinstance(value, datetime)
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)  # type: ignore[no-any-return]
+        return value.astimezone(UTC)

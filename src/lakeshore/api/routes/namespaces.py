@@ -35,9 +35,7 @@ async def create_namespace(body: NamespaceIn, state: State, caller: Caller) -> d
     return created.to_json()
 
 
-@router.post(
-    "/{ns}/tokens", status_code=201, summary="Create a token for a namespace (admin)"
-)
+@router.post("/{ns}/tokens", status_code=201, summary="Create a token for a namespace (admin)")
 async def create_token(
     ns: str, state: State, caller: Caller, body: TokenIn | None = None
 ) -> dict[str, Any]:

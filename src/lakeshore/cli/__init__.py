@@ -1,0 +1,1 @@
+"""The ``lakeshore`` command line (typer + rich)."""

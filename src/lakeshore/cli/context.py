@@ -1,0 +1,45 @@
+"""Global CLI options (--server, --token, --namespace) and where their defaults come from."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import typer
+
+from lakeshore.cli.client import ApiClient
+from lakeshore.config import ADMIN_TOKEN_FILE, default_data_dir
+
+
+def local_admin_token() -> str | None:
+    """The embedded server's admin token, when this user can read it (local use only)."""
+    data_dir = Path(os.environ.get("LAKESHORE_DATA_DIR") or default_data_dir())
+    try:
+        token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+    except OSError:
+        return None
+    return token or None
+
+
+@dataclass
+class CliContext:
+    server: str
+    token: str | None
+    namespace: str
+    _client: ApiClient | None = field(default=None, repr=False)
+
+    @property
+    def client(self) -> ApiClient:
+        if self._client is None:
+            self._client = ApiClient(self.server, self.token or local_admin_token())
+        return self._client
+
+    def ns_path(self, rest: str = "", namespace: str | None = None) -> str:
+        return f"/v1/namespaces/{namespace or self.namespace}{rest}"
+
+
+def get(ctx: typer.Context) -> CliContext:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, CliContext)
+    return obj

@@ -1,0 +1,72 @@
+"""The ``lakeshore`` command."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from lakeshore import __version__
+from lakeshore.cli import admin, output, queues
+from lakeshore.cli.client import CliError
+from lakeshore.cli.context import CliContext
+from lakeshore.cli.server import server
+from lakeshore.config import DEFAULT_URL
+
+app = typer.Typer(
+    name="lakeshore",
+    help="Lakeshore: elastic queues. Task queues whose worker fleets scale themselves.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"lakeshore {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    server_url: Annotated[
+        str, typer.Option("--server", envvar="LAKESHORE_URL", help="Server URL.")
+    ] = DEFAULT_URL,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="LAKESHORE_TOKEN",
+            help="API token (default: the local server's admin token, when readable).",
+            show_default=False,
+        ),
+    ] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", envvar="LAKESHORE_NAMESPACE", help="Namespace.")
+    ] = "default",
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    ctx.obj = CliContext(server=server_url, token=token, namespace=namespace)
+
+
+app.command("server")(server)
+app.add_typer(queues.app, name="queues")
+app.add_typer(admin.namespaces, name="namespaces")
+app.add_typer(admin.tokens, name="tokens")
+
+
+def main() -> None:
+    try:
+        app()
+    except CliError as exc:
+        output.errors.print(Text.assemble(("error: ", "bold red"), str(exc)))
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,224 @@
+"""``lakeshore queues``: create, inspect, change and move queues through their lifecycle."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from lakeshore.cli import context, output
+from lakeshore.cli.client import CliError
+from lakeshore.domain.queue import ELASTICITY_KINDS, QUEUE_KINDS, normalize_elasticity_kind
+
+app = typer.Typer(help="Create, inspect and change queues.", no_args_is_help=True)
+
+Name = Annotated[str, typer.Argument(help="Queue name.", show_default=False)]
+Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
+Kind = Annotated[
+    str | None, typer.Option("--kind", help=f"Dispatch discipline: {', '.join(QUEUE_KINDS)}.")
+]
+ElasticityOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--elasticity",
+        help="Scaling policy: fixed, fully-elastic, pool-with-threshold, max-count "
+        "(underscored spellings work too).",
+    ),
+]
+Provider = Annotated[str | None, typer.Option("--provider", help="Provider to launch through.")]
+Min = Annotated[int | None, typer.Option("--min", help="Fewest daemons to keep.", min=0)]
+Max = Annotated[int | None, typer.Option("--max", help="Most daemons to run.", min=0)]
+Threshold = Annotated[
+    float | None,
+    typer.Option("--threshold", help="pool_with_threshold: utilization that scales up (0-1]."),
+]
+ThresholdLow = Annotated[
+    float | None,
+    typer.Option("--threshold-low", help="pool_with_threshold: utilization that scales down."),
+]
+Pool = Annotated[str | None, typer.Option("--pool", help="Shared pool to tick this queue in.")]
+Description = Annotated[str | None, typer.Option("--description", help="What the queue is for.")]
+
+
+def elasticity_kind(value: str) -> str:
+    """The CLI takes hyphenated or underscored kinds and sends the underscored one."""
+    kind = normalize_elasticity_kind(value)
+    if kind not in ELASTICITY_KINDS:
+        choices = ", ".join(k.replace("_", "-") for k in ELASTICITY_KINDS)
+        raise typer.BadParameter(
+            f"unknown elasticity {value!r}; choose {choices}", param_hint="--elasticity"
+        )
+    return kind
+
+
+def _scaling(
+    current: dict[str, Any] | None,
+    kind: str | None,
+    knobs: dict[str, Any],
+) -> dict[str, Any] | None:
+    given = {key: value for key, value in knobs.items() if value is not None}
+    if kind is None and not given:
+        return None
+    if kind is None and current is None:
+        flags = ", ".join(f"--{key.replace('_', '-')}" for key in given)
+        raise typer.BadParameter(
+            f"{flags} {'needs' if len(given) == 1 else 'need'} --elasticity (the queue has no scaling policy)"
+        )
+    elasticity = dict(current or {})
+    if kind is not None:
+        elasticity["kind"] = elasticity_kind(kind)
+    elasticity.update(given)
+    return elasticity
+
+
+def _render(queue: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        output.print_json(queue)
+    else:
+        output.fields(queue, title=f"queue {queue['name']}")
+
+
+@app.command("add")
+def add(
+    ctx: typer.Context,
+    name: Name,
+    kind: Kind = None,
+    elasticity: ElasticityOpt = None,
+    provider: Provider = None,
+    min_: Min = None,
+    max_: Max = None,
+    threshold: Threshold = None,
+    threshold_low: ThresholdLow = None,
+    pool: Pool = None,
+    description: Description = None,
+    as_json: Json = False,
+) -> None:
+    """Create a queue (submitting to a missing queue also creates one, as fifo)."""
+    cli = context.get(ctx)
+    body: dict[str, Any] = {"name": name}
+    if kind is not None:
+        body["kind"] = kind
+    if provider is not None:
+        body["providerRef"] = provider
+    if description is not None:
+        body["description"] = description
+    knobs = {
+        "min": min_,
+        "max": max_,
+        "threshold": threshold,
+        "threshold_low": threshold_low,
+        "pool": pool,
+    }
+    scaling = _scaling(None, elasticity, knobs)
+    if scaling is not None:
+        body["elasticity"] = scaling
+    _render(cli.client.request("POST", cli.ns_path("/queues"), json=body), as_json)
+
+
+@app.command("patch")
+def patch(
+    ctx: typer.Context,
+    name: Name,
+    kind: Kind = None,
+    elasticity: ElasticityOpt = None,
+    provider: Provider = None,
+    min_: Min = None,
+    max_: Max = None,
+    threshold: Threshold = None,
+    threshold_low: ThresholdLow = None,
+    pool: Pool = None,
+    description: Description = None,
+    as_json: Json = False,
+) -> None:
+    """Change a live queue; the controller uses the new values on its next tick.
+
+    Scaling flags change only the knobs given: the rest of the queue's elasticity is kept.
+    """
+    cli = context.get(ctx)
+    body: dict[str, Any] = {}
+    if kind is not None:
+        body["kind"] = kind
+    if provider is not None:
+        body["providerRef"] = provider
+    if description is not None:
+        body["description"] = description
+    knobs = {
+        "min": min_,
+        "max": max_,
+        "threshold": threshold,
+        "threshold_low": threshold_low,
+        "pool": pool,
+    }
+    if elasticity is not None or any(v is not None for v in knobs.values()):
+        current = cli.client.request("GET", cli.ns_path(f"/queues/{name}")).get("elasticity")
+        body["elasticity"] = _scaling(current, elasticity, knobs)
+    if not body:
+        raise CliError("nothing to change: give at least one option (see --help)")
+    _render(cli.client.request("PATCH", cli.ns_path(f"/queues/{name}"), json=body), as_json)
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    include_archived: Annotated[
+        bool, typer.Option("--all", help="Include archived queues.")
+    ] = False,
+    as_json: Json = False,
+) -> None:
+    """List the namespace's queues."""
+    cli = context.get(ctx)
+    params = {"include_archived": "true"} if include_archived else None
+    queues = cli.client.request("GET", cli.ns_path("/queues"), params=params)["queues"]
+    if as_json:
+        output.print_json(queues)
+        return
+    rows = [
+        [
+            q["name"],
+            q["kind"],
+            q["state"],
+            (q.get("elasticity") or {}).get("kind", "fixed"),
+            q.get("providerRef"),
+            (q.get("elasticity") or {}).get("pool"),
+        ]
+        for q in queues
+    ]
+    output.table(["name", "kind", "state", "elasticity", "provider", "pool"], rows)
+
+
+@app.command("show")
+def show(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
+    """Show one queue's record."""
+    cli = context.get(ctx)
+    _render(cli.client.request("GET", cli.ns_path(f"/queues/{name}")), as_json)
+
+
+@app.command("stats")
+def stats(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
+    """Show a queue's signals: pending, running, daemons, utilization, launches in flight."""
+    cli = context.get(ctx)
+    data = cli.client.request("GET", cli.ns_path(f"/queues/{name}/stats"))
+    if as_json:
+        output.print_json(data)
+    else:
+        output.fields(data, title=f"stats for {name}")
+
+
+def _transition(action: str, doc: str) -> None:
+    def command(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
+        cli = context.get(ctx)
+        queue = cli.client.request("POST", cli.ns_path(f"/queues/{name}/{action}"))
+        if as_json:
+            output.print_json(queue)
+        else:
+            output.console.print(f"queue [bold]{name}[/bold] is now {queue['state']}")
+
+    command.__doc__ = doc
+    app.command(action)(command)
+
+
+_transition("drain", "Stop accepting submits; pending work still runs; the controller skips it.")
+_transition("pause", "Keep accepting submits but dispatch nothing; the controller skips it.")
+_transition("resume", "Return a draining or paused queue to active.")
+_transition("archive", "Make a drained queue read-only and hide it from lists.")
+_transition("unarchive", "Return an archived (or draining, or paused) queue to active.")

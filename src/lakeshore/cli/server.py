@@ -1,0 +1,66 @@
+"""``lakeshore server``: the HTTP API (and, in later releases, the controller) in one process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from lakeshore.cli import output
+from lakeshore.config import DEFAULT_HOST, DEFAULT_PORT, Settings
+from lakeshore.errors import LakeshoreError
+from lakeshore.services.auth import load_or_create_admin_token
+from lakeshore.store.engine import parse_url
+
+
+def database_url(value: str) -> str:
+    """``--db`` takes a URL, or a path to a SQLite file."""
+    if "://" in value:
+        return value
+    return f"sqlite:///{Path(value).expanduser().resolve()}"
+
+
+def server(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = DEFAULT_PORT,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Database: postgresql://… or a SQLite file path "
+            "(default: LAKESHORE_DATABASE_URL, else lakeshore.db in the data dir).",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where the SQLite file and admin token live (LAKESHORE_DATA_DIR)."),
+    ] = None,
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Create a demo queue on start, for a first look.")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run the Lakeshore server: migrates the store, then serves the API until Ctrl-C."""
+    from lakeshore.api.app import create_app
+
+    overrides: dict[str, object] = {}
+    if db:
+        overrides["database_url"] = database_url(db)
+    if data_dir:
+        overrides["data_dir"] = data_dir.expanduser().resolve()
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        url = parse_url(settings.resolved_database_url)
+    except LakeshoreError as exc:
+        raise typer.BadParameter(exc.message, param_hint="--db") from exc
+    _, token_path = load_or_create_admin_token(settings.admin_token, settings.admin_token_path)
+    output.errors.print(f"lakeshore server on http://{host}:{port}  (API docs: /docs)")
+    output.errors.print(f"store: {url.render_as_string(hide_password=True)}")
+    if token_path:
+        output.errors.print(f"admin token: {token_path}")
+    else:
+        output.errors.print("admin token: from LAKESHORE_ADMIN_TOKEN")
+    app = create_app(settings, demo=demo)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")

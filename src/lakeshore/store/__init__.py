@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy tables, queries and Alembic migrations (SQLite and PostgreSQL)."""
