@@ -61,9 +61,8 @@ def _scaling(
         return None
     if kind is None and current is None:
         flags = ", ".join(f"--{key.replace('_', '-')}" for key in given)
-        raise typer.BadParameter(
-            f"{flags} {'needs' if len(given) == 1 else 'need'} --elasticity (the queue has no scaling policy)"
-        )
+        verb = "needs" if len(given) == 1 else "need"
+        raise typer.BadParameter(f"{flags} {verb} --elasticity (the queue has no scaling policy)")
     elasticity = dict(current or {})
     if kind is not None:
         elasticity["kind"] = elasticity_kind(kind)
