@@ -1,0 +1,161 @@
+"""The store itself, on SQLite and PostgreSQL: schema, migrations, types, constraints."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Connection, insert, inspect, select
+from sqlalchemy.exc import IntegrityError
+
+from lakeshore.domain.queue import parse_spec
+from lakeshore.errors import InvalidInput
+from lakeshore.store import queues as queue_store
+from lakeshore.store.engine import Store, migrate, parse_url
+from lakeshore.store.tables import metadata, namespaces
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+async def _namespace(store: Store, name: str = "default") -> str:
+    async with store.write() as conn:
+        await conn.execute(insert(namespaces).values(id=f"ns_{name}", name=name, created_at=NOW))
+    return f"ns_{name}"
+
+
+async def test_migrations_match_the_tables(store: Store) -> None:
+    def diff(conn: Connection) -> list[object]:
+        return list(compare_metadata(MigrationContext.configure(conn), metadata))
+
+    async with store.read() as conn:
+        assert await conn.run_sync(diff) == []
+
+
+async def test_every_table_is_created(store: Store) -> None:
+    async with store.read() as conn:
+        names = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+    assert {
+        "namespaces",
+        "tokens",
+        "queues",
+        "providers",
+        "workers",
+        "worker_queues",
+        "retired_workers",
+        "invocations",
+        "stream_items",
+        "elasticity_events",
+        "controller_state",
+        "launches",
+    } <= names
+
+
+async def test_hot_query_indexes_exist(store: Store) -> None:
+    async with store.read() as conn:
+        indexes = await conn.run_sync(
+            lambda c: {i["name"] for i in inspect(c).get_indexes("invocations")}
+        )
+    assert {
+        "ix_invocations_claimable",
+        "ix_invocations_claimable_priority",
+        "ix_invocations_queue_id_state",
+    } <= indexes
+
+
+def test_migrating_twice_is_harmless(database_url: str) -> None:
+    migrate(parse_url(database_url))
+    migrate(parse_url(database_url))
+
+
+async def test_timestamps_come_back_aware_and_exact(store: Store) -> None:
+    ns = await _namespace(store)
+    when = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC) + timedelta()
+    async with store.write() as conn:
+        await queue_store.insert_queue(
+            conn, id="q_1", namespace_id=ns, spec=parse_spec({"name": "a"}), now=when
+        )
+    async with store.read() as conn:
+        queue = await queue_store.get_queue(conn, ns, "a")
+    assert queue is not None
+    assert queue.created_at == when
+    assert queue.created_at.tzinfo is not None
+
+
+async def test_a_queue_round_trips_every_field(store: Store) -> None:
+    ns = await _namespace(store)
+    spec = parse_spec(
+        {
+            "name": "full",
+            "description": "d",
+            "kind": "boltzmann",
+            "kindParams": {"temperature": 2.0},
+            "admission": {"max_depth": 5, "on_full": "block"},
+            "reservedSlots": 1,
+            "authPolicy": {"allow": ["a"]},
+            "providerRef": "p",
+            "elasticity": {
+                "kind": "pool_with_threshold",
+                "min": 1,
+                "max": 3,
+                "pool": "fleet",
+                "extra": 1,
+            },
+            "daemonTemplate": {"capacity": 2, "cloudTags": {"k": "v"}},
+            "customScalerUdf": "pkg.mod:fn",
+            "serverNodeId": "n1",
+        }
+    )
+    async with store.write() as conn:
+        await queue_store.insert_queue(conn, id="q_1", namespace_id=ns, spec=spec, now=NOW)
+    async with store.read() as conn:
+        queue = await queue_store.get_queue(conn, ns, "full")
+    assert queue is not None and queue.spec == spec
+
+
+async def test_queue_names_are_unique_per_namespace_in_the_store(store: Store) -> None:
+    ns = await _namespace(store)
+    other = await _namespace(store, "other")
+    spec = parse_spec({"name": "a"})
+    async with store.write() as conn:
+        await queue_store.insert_queue(conn, id="q_1", namespace_id=ns, spec=spec, now=NOW)
+        await queue_store.insert_queue(conn, id="q_2", namespace_id=other, spec=spec, now=NOW)
+    with pytest.raises(IntegrityError):
+        async with store.write() as conn:
+            await queue_store.insert_queue(conn, id="q_3", namespace_id=ns, spec=spec, now=NOW)
+
+
+async def test_a_failed_write_leaves_nothing_behind(store: Store) -> None:
+    ns = await _namespace(store)
+    with pytest.raises(RuntimeError):
+        async with store.write() as conn:
+            await queue_store.insert_queue(
+                conn, id="q_1", namespace_id=ns, spec=parse_spec({"name": "a"}), now=NOW
+            )
+            raise RuntimeError("boom")
+    async with store.read() as conn:
+        assert await queue_store.get_queue(conn, ns, "a") is None
+
+
+async def test_pool_is_copied_out_for_the_controller(store: Store) -> None:
+    ns = await _namespace(store)
+    spec = parse_spec({"name": "a", "elasticity": {"kind": "fixed", "pool": "fleet"}})
+    async with store.write() as conn:
+        await queue_store.insert_queue(conn, id="q_1", namespace_id=ns, spec=spec, now=NOW)
+    from lakeshore.store.tables import queues
+
+    async with store.read() as conn:
+        pool = (await conn.execute(select(queues.c.pool))).scalar_one()
+    assert pool == "fleet"
+
+
+@pytest.mark.parametrize("raw", ["mysql://x/y", "not a url", "redis://localhost"])
+def test_unsupported_database_urls_are_refused_clearly(raw: str) -> None:
+    with pytest.raises(InvalidInput):
+        parse_url(raw)
+
+
+def test_postgres_urls_use_psycopg() -> None:
+    assert parse_url("postgresql://u@h/db").drivername == "postgresql+psycopg"
+    assert parse_url("postgres://u@h/db").drivername == "postgresql+psycopg"

@@ -1,0 +1,291 @@
+"""Every validation rule of the queue record, as a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lakeshore.domain.queue import QueueSpec, merge_patch, normalize_elasticity_kind, parse_spec
+from lakeshore.errors import InvalidInput
+
+
+def spec(**fields: Any) -> dict[str, Any]:
+    return {"name": "gpu", **fields}
+
+
+ACCEPTED = [
+    pytest.param(spec(), id="name only"),
+    pytest.param(spec(name="a"), id="one-char name"),
+    pytest.param(spec(name="a" * 63), id="63-char name"),
+    pytest.param(spec(name="0.train_gpu-2"), id="digits dots underscores hyphens"),
+    pytest.param(spec(kind="priority", kindParams={"priority_field": "urgency"}), id="priority"),
+    pytest.param(spec(kind="boltzmann", kindParams={"temperature": 0.5}), id="boltzmann"),
+    pytest.param(spec(kind="filo"), id="filo"),
+    pytest.param(
+        spec(
+            admission={
+                "max_depth": 10,
+                "on_full": "block",
+                "rate_limit": 2.5,
+                "deadline_cutoff_s": 60,
+            }
+        ),
+        id="admission",
+    ),
+    pytest.param(spec(reservedSlots=0), id="reserved slots zero"),
+    pytest.param(
+        spec(authPolicy={"any": ["opaque", 1, None, {"x": True}]}), id="opaque auth policy"
+    ),
+    pytest.param(spec(providerRef="aws-east"), id="provider"),
+    pytest.param(spec(elasticity={"kind": "fixed"}), id="fixed"),
+    pytest.param(
+        spec(elasticity={"kind": "fully_elastic", "min": 0, "max": 4}), id="fully elastic"
+    ),
+    pytest.param(spec(elasticity={"kind": "max_count", "max": 4}), id="max count"),
+    pytest.param(spec(elasticity={"kind": "max_count"}), id="max count without max"),
+    pytest.param(
+        spec(elasticity={"kind": "fully_elastic", "min": 3, "max": 3}), id="min equals max"
+    ),
+    pytest.param(
+        spec(elasticity={"kind": "pool_with_threshold", "threshold": 1, "threshold_low": 0.99}),
+        id="threshold at 1",
+    ),
+    pytest.param(
+        spec(elasticity={"kind": "pool_with_threshold", "threshold": 0.31}),
+        id="low default under high",
+    ),
+    pytest.param(
+        spec(
+            elasticity={
+                "kind": "fully_elastic",
+                "pool": "gpu-fleet",
+                "match": {"tags": ["gpu:h100"], "runners": ["docker"]},
+                "steal_delay_s": 5,
+            }
+        ),
+        id="pool match steal delay",
+    ),
+    pytest.param(
+        spec(
+            daemonTemplate={
+                "instance_type": "p5.48xlarge",
+                "image_id": "ami-123",
+                "runner": "process",
+                "runners": ["process", "docker"],
+                "capacity": 4,
+                "cloudTags": {"team": "ml"},
+                "bootstrap_script": "pip install lakeshore",
+                "setup_scripts": ["nvidia-smi"],
+                "provider": "aws-east",
+            }
+        ),
+        id="daemon template",
+    ),
+    pytest.param(spec(customScalerUdf="my_scalers.gpu:decide"), id="custom scaler path"),
+    pytest.param(spec(serverNodeId="node-a"), id="server node"),
+    pytest.param(spec(description="x" * 1024), id="long description"),
+]
+
+
+@pytest.mark.parametrize("body", ACCEPTED)
+def test_valid_queue_specs_are_accepted(body: dict[str, Any]) -> None:
+    parsed = parse_spec(body)
+    assert parsed.name == body["name"]
+    # what the API shows is what was written, plus the fifo default
+    assert parsed.to_json() == {"kind": "fifo", **body}
+
+
+REFUSED = [
+    # (body, field, words the message must contain)
+    (spec(name=""), "name", "not a valid name"),
+    (spec(name="a" * 64), "name", "not a valid name"),
+    (spec(name="GPU"), "name", "lowercase"),
+    (spec(name="-gpu"), "name", "starting with a letter or a digit"),
+    (spec(name="gpu/train"), "name", "not a valid name"),
+    (spec(name="gpu train"), "name", "not a valid name"),
+    (spec(name=7), "name", "valid string"),
+    ({}, "name", "required"),
+    (spec(kind="lifo"), "kind", "'fifo'"),
+    (spec(kindParams={"temperature": 0}), "kindParams.temperature", "greater than 0"),
+    (spec(kindParams={"priority_field": ""}), "kindParams.priority_field", "at least 1"),
+    (spec(kindParams={"other": 1}), "kindParams.other", "unknown field"),
+    (spec(admission={"max_depth": 0}), "admission.max_depth", "greater than or equal to 1"),
+    (spec(admission={"max_depth": 2.5}), "admission.max_depth", "integer"),
+    (spec(admission={"on_full": "drop"}), "admission.on_full", "'reject' or 'block'"),
+    (spec(admission={"rate_limit": 0}), "admission.rate_limit", "greater than 0"),
+    (spec(admission={"deadline_cutoff_s": -1}), "admission.deadline_cutoff_s", "greater than 0"),
+    (spec(reservedSlots=-1), "reservedSlots", "greater than or equal to 0"),
+    (spec(reservedSlots="2"), "reservedSlots", "integer"),
+    (spec(providerRef="AWS"), "providerRef", "not a valid name"),
+    (spec(elasticity={}), "elasticity.kind", "required"),
+    (spec(elasticity={"kind": "fully-elastic"}), "elasticity.kind", '"fully_elastic"'),
+    (spec(elasticity={"kind": "pool-with-threshold"}), "elasticity.kind", '"pool_with_threshold"'),
+    (spec(elasticity={"kind": "max-count"}), "elasticity.kind", '"max_count"'),
+    (spec(elasticity={"kind": "elastic"}), "elasticity.kind", "expected one of fixed"),
+    (spec(elasticity={"kind": "fixed", "min": -1}), "elasticity.min", "greater than or equal to 0"),
+    (spec(elasticity={"kind": "fixed", "min": 1.0}), "elasticity.min", "integer"),
+    (spec(elasticity={"kind": "fixed", "max": True}), "elasticity.max", "integer"),
+    (spec(elasticity={"kind": "fixed", "max": "4"}), "elasticity.max", "integer"),
+    (spec(elasticity={"kind": "fixed", "min": 5, "max": 4}), "elasticity.max", "at least min (5)"),
+    (spec(elasticity={"kind": "fixed", "threshold": 0}), "elasticity.threshold", "greater than 0"),
+    (
+        spec(elasticity={"kind": "fixed", "threshold": 1.5}),
+        "elasticity.threshold",
+        "less than or equal to 1",
+    ),
+    (
+        spec(elasticity={"kind": "fixed", "threshold_low": 0}),
+        "elasticity.threshold_low",
+        "greater than 0",
+    ),
+    (
+        spec(elasticity={"kind": "fixed", "threshold": 0.5, "threshold_low": 0.5}),
+        "elasticity.threshold_low",
+        "below threshold (0.5)",
+    ),
+    (
+        spec(elasticity={"kind": "pool_with_threshold", "threshold": 0.2}),
+        "elasticity.threshold_low",
+        "0.3, the default",
+    ),
+    (
+        spec(elasticity={"kind": "pool_with_threshold", "threshold_low": 0.9}),
+        "elasticity.threshold_low",
+        "0.8, the default",
+    ),
+    (spec(elasticity={"kind": "fixed", "pool": "Pool!"}), "elasticity.pool", "not a valid name"),
+    (spec(elasticity={"kind": "fixed", "match": {"tags": "gpu"}}), "elasticity.match.tags", "list"),
+    (
+        spec(elasticity={"kind": "fixed", "match": {"zones": []}}),
+        "elasticity.match.zones",
+        "unknown field",
+    ),
+    (
+        spec(elasticity={"kind": "fixed", "steal_delay_s": -1}),
+        "elasticity.steal_delay_s",
+        "greater than or equal to 0",
+    ),
+    (spec(daemonTemplate={"capacity": 0}), "daemonTemplate.capacity", "greater than or equal to 1"),
+    (spec(daemonTemplate={"cloud_tags": {}}), "daemonTemplate.cloud_tags", "unknown field"),
+    (spec(daemonTemplate={"cloudTags": {"a": 1}}), "daemonTemplate.cloudTags.a", "valid string"),
+    (spec(daemonTemplate={"setup_scripts": "echo hi"}), "daemonTemplate.setup_scripts", "list"),
+    (spec(daemonTemplate={"provider": "Bad Name"}), "daemonTemplate.provider", "not a valid name"),
+    (spec(customScalerUdf="os.system"), "customScalerUdf", "package.module:function"),
+    (spec(customScalerUdf="x:y; rm -rf /"), "customScalerUdf", "package.module:function"),
+    (spec(serverNodeId=""), "serverNodeId", "at least 1"),
+    (spec(description="x" * 1025), "description", "at most 1024"),
+    (spec(kind_params={}), "kind_params", "unknown field"),
+    (spec(state="paused"), "state", "drain, pause, resume"),
+    (spec(id="q_1"), "id", "set by the server"),
+    (spec(createdAt="2026-01-01"), "createdAt", "set by the server"),
+    (spec(authPolicy={"x": float("nan")}), "authPolicy", "NaN"),
+    (spec(admission={"rate_limit": float("inf")}), "admission.rate_limit", "finite"),
+    (spec(elasticity={"kind": "fixed", "future": [float("nan")]}), "elasticity", "NaN"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"), REFUSED, ids=[f"{r[1]}:{r[2]}" for r in REFUSED]
+)
+def test_invalid_queue_specs_name_the_field(body: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec(body)
+    assert caught.value.field == field
+    assert words in caught.value.message
+
+
+@pytest.mark.parametrize("body", [None, [], "gpu", 3])
+def test_a_queue_must_be_a_json_object(body: Any) -> None:
+    with pytest.raises(InvalidInput, match="JSON object"):
+        parse_spec(body)
+
+
+def test_unknown_keys_inside_elasticity_are_kept() -> None:
+    parsed = parse_spec(
+        spec(elasticity={"kind": "fully_elastic", "burst_factor": 2, "x": {"y": [1]}})
+    )
+    assert parsed.to_json()["elasticity"] == {
+        "kind": "fully_elastic",
+        "burst_factor": 2,
+        "x": {"y": [1]},
+    }
+
+
+def test_threshold_defaults_are_the_spec_values() -> None:
+    elasticity = parse_spec(spec(elasticity={"kind": "pool_with_threshold"})).elasticity
+    assert elasticity is not None
+    assert (elasticity.high, elasticity.low) == (0.8, 0.3)
+
+
+def test_patch_replaces_a_nested_object_whole() -> None:
+    base = parse_spec(spec(elasticity={"kind": "fully_elastic", "min": 1, "max": 4, "pool": "p"}))
+    patched = merge_patch(base, {"elasticity": {"kind": "max_count", "max": 2}})
+    assert patched.to_json()["elasticity"] == {"kind": "max_count", "max": 2}
+
+
+def test_patch_keeps_fields_it_does_not_name() -> None:
+    base = parse_spec(spec(kind="priority", providerRef="aws", description="d"))
+    patched = merge_patch(base, {"description": "new"})
+    assert patched.to_json() == {
+        "name": "gpu",
+        "kind": "priority",
+        "providerRef": "aws",
+        "description": "new",
+    }
+
+
+def test_patch_null_clears_a_field_and_kind_returns_to_fifo() -> None:
+    base = parse_spec(spec(kind="filo", providerRef="aws"))
+    patched = merge_patch(base, {"providerRef": None, "kind": None})
+    assert patched.to_json() == {"name": "gpu", "kind": "fifo"}
+
+
+def test_patch_revalidates_the_whole_record() -> None:
+    base = parse_spec(spec(elasticity={"kind": "fully_elastic", "min": 2, "max": 4}))
+    with pytest.raises(InvalidInput) as caught:
+        merge_patch(base, {"elasticity": {"kind": "fully_elastic", "min": 5, "max": 4}})
+    assert caught.value.field == "elasticity.max"
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [({"name": "other"}, "name"), ({"state": "archived"}, "state"), ({"kind": "lifo"}, "kind")],
+)
+def test_patch_refuses_renames_state_and_bad_values(patch: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        merge_patch(parse_spec(spec()), patch)
+    assert caught.value.field == field
+
+
+def test_patch_body_must_be_an_object() -> None:
+    with pytest.raises(InvalidInput):
+        merge_patch(parse_spec(spec()), ["kind", "filo"])
+
+
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [
+        ("fully-elastic", "fully_elastic"),
+        ("pool-with-threshold", "pool_with_threshold"),
+        ("max-count", "max_count"),
+        ("fixed", "fixed"),
+        ("fully_elastic", "fully_elastic"),
+        (" Max-Count ", "max_count"),
+    ],
+)
+def test_cli_spellings_normalize_to_the_stored_kind(typed: str, stored: str) -> None:
+    assert normalize_elasticity_kind(typed) == stored
+
+
+def test_the_record_uses_camel_case_top_level_and_snake_case_inside() -> None:
+    schema = QueueSpec.model_json_schema(by_alias=True)
+    assert {
+        "kindParams",
+        "reservedSlots",
+        "providerRef",
+        "daemonTemplate",
+        "customScalerUdf",
+    } <= set(schema["properties"])
+    assert "threshold_low" in schema["$defs"]["Elasticity"]["properties"]
+    assert "cloudTags" in schema["$defs"]["DaemonTemplate"]["properties"]
