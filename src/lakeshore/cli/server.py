@@ -7,12 +7,14 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from sqlalchemy.exc import DBAPIError
 
 from lakeshore.cli import output
+from lakeshore.cli.client import CliError
 from lakeshore.config import DEFAULT_HOST, DEFAULT_PORT, Settings
 from lakeshore.errors import LakeshoreError
 from lakeshore.services.auth import load_or_create_admin_token
-from lakeshore.store.engine import parse_url
+from lakeshore.store.engine import parse_url, prepare
 
 
 def database_url(value: str) -> str:
@@ -55,9 +57,18 @@ def server(
         url = parse_url(settings.resolved_database_url)
     except LakeshoreError as exc:
         raise typer.BadParameter(exc.message, param_hint="--db") from exc
-    _, token_path = load_or_create_admin_token(settings.admin_token, settings.admin_token_path)
+    shown = url.render_as_string(hide_password=True)
+    try:
+        prepare(url)  # migrate before serving, so a bad store is one clear line, not a trace
+    except (DBAPIError, OSError) as exc:
+        reason = getattr(exc, "orig", None) or exc
+        raise CliError(f"cannot open the store at {shown}: {reason}".strip()) from exc
+    try:
+        _, token_path = load_or_create_admin_token(settings.admin_token, settings.admin_token_path)
+    except OSError as exc:
+        raise CliError(f"cannot write the admin token file: {exc}") from exc
     output.errors.print(f"lakeshore server on http://{host}:{port}  (API docs: /docs)")
-    output.errors.print(f"store: {url.render_as_string(hide_password=True)}")
+    output.errors.print(f"store: {shown}")
     if token_path:
         output.errors.print(f"admin token: {token_path}")
     else:
