@@ -159,3 +159,12 @@ def test_unsupported_database_urls_are_refused_clearly(raw: str) -> None:
 def test_postgres_urls_use_psycopg() -> None:
     assert parse_url("postgresql://u@h/db").drivername == "postgresql+psycopg"
     assert parse_url("postgres://u@h/db").drivername == "postgresql+psycopg"
+
+
+async def test_sqlite_runs_in_wal_mode_with_foreign_keys(store: Store) -> None:
+    if store.dialect != "sqlite":
+        pytest.skip("SQLite pragmas")
+    async with store.read() as conn:
+        journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar_one()
+        foreign_keys = (await conn.exec_driver_sql("PRAGMA foreign_keys")).scalar_one()
+    assert (journal, foreign_keys) == ("wal", 1)
