@@ -271,3 +271,15 @@ async def test_demo_queue_is_created_at_start_when_asked(settings: Any, clock: F
         ) as api:
             demo = (await api.get(f"{QUEUES}/demo")).json()
     assert demo["elasticity"] == {"kind": "fully_elastic", "min": 0, "max": 4}
+
+
+async def test_names_no_queue_could_have_are_plain_404s(api: httpx.AsyncClient) -> None:
+    for path in (f"{QUEUES}/a%00b", f"{QUEUES}/{'x' * 300}", "/v1/namespaces/a%00b/queues"):
+        response = await api.get(path)
+        assert response.status_code == 404, path
+
+
+async def test_a_description_with_nul_is_422_on_every_store(api: httpx.AsyncClient) -> None:
+    response = await api.post(QUEUES, json={"name": "q", "description": "a\x00b"})
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "description"

@@ -289,3 +289,18 @@ def test_the_record_uses_camel_case_top_level_and_snake_case_inside() -> None:
     } <= set(schema["properties"])
     assert "threshold_low" in schema["$defs"]["Elasticity"]["properties"]
     assert "cloudTags" in schema["$defs"]["DaemonTemplate"]["properties"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (spec(description="a\x00b"), "description"),
+        (spec(authPolicy={"k": ["ok", "no\x00"]}), "authPolicy.k[1]"),
+        (spec(elasticity={"kind": "fixed", "future": {"x": "\x00"}}), "elasticity.future.x"),
+    ],
+)
+def test_nul_characters_are_refused_anywhere(body: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec(body)
+    assert caught.value.field == field
+    assert "NUL" in caught.value.message

@@ -78,6 +78,29 @@ def _check_finite_json(value: Any) -> Any:
     return value
 
 
+def find_nul(value: Any, path: str = "") -> str | None:
+    """The path of the first string (key or value) holding a NUL character, if any.
+
+    PostgreSQL can store NUL in neither text nor JSON, so such input is refused up front.
+    """
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and "\x00" in key:
+                return child
+            items.append((child, item))
+    elif isinstance(value, list):
+        items = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+    for child, item in items:
+        found = find_nul(item, child)
+        if found is not None:
+            return found
+    return None
+
+
 def _check_import_path(value: str) -> str:
     if not _IMPORT_PATH_RE.fullmatch(value):
         raise ValueError(f'{value!r} is not an import path of the form "package.module:function"')
@@ -259,6 +282,10 @@ def parse_spec(data: Any) -> QueueSpec:
     """Validate a queue as written by a user; :class:`InvalidInput` names the first bad field."""
     if not isinstance(data, dict):
         raise InvalidInput("a queue is a JSON object of its fields")
+    nul = find_nul(data)
+    if nul is not None:
+        shown = nul.replace("\x00", "\\0")
+        raise InvalidInput(f"{shown}: text may not contain NUL characters", field=shown or None)
     for key in READ_ONLY_FIELDS:
         if key in data:
             hint = "; change it with drain, pause, resume, archive or unarchive"

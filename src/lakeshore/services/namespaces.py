@@ -48,7 +48,7 @@ class IssuedToken:
 
 async def resolve(store: Store, principal: Principal, name: str) -> Namespace:
     """The namespace ``name`` as ``principal`` sees it: 404 if absent *or* not theirs."""
-    if principal.can_see(name):
+    if principal.can_see(name) and is_valid_name(name):
         async with store.read() as conn:
             row = await ns_store.get_by_name(conn, name)
         if row is not None:
@@ -95,8 +95,8 @@ async def issue_token(
     store: Store, principal: Principal, namespace: str, name: str | None, now: datetime
 ) -> IssuedToken:
     principal.require_admin("create tokens")
-    if name is not None and not 1 <= len(name) <= 128:
-        raise InvalidInput("a token name is 1-128 characters", field="name")
+    if name is not None and (not 1 <= len(name) <= 128 or "\x00" in name):
+        raise InvalidInput("a token name is 1-128 characters, without NUL", field="name")
     ns = await resolve(store, principal, namespace)
     minted = tokens.mint()
     async with store.write() as conn:

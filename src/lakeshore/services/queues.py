@@ -6,9 +6,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain import signals, states
 from lakeshore.domain.ids import new_id
+from lakeshore.domain.names import is_valid_name
 from lakeshore.domain.queue import Queue, merge_patch, parse_spec
 from lakeshore.domain.states import Transition
 from lakeshore.errors import Conflict, NotFound
@@ -19,6 +21,14 @@ from lakeshore.store.engine import Store
 
 def _not_found(name: str) -> NotFound:
     return NotFound(f'queue "{name}" not found', field="name")
+
+
+async def _load(conn: AsyncConnection, ns: Namespace, name: str) -> Queue:
+    """The queue ``name`` in ``ns``, or 404 (a name no queue could have is simply absent)."""
+    queue = await queue_store.get_queue(conn, ns.id, name) if is_valid_name(name) else None
+    if queue is None:
+        raise _not_found(name)
+    return queue
 
 
 def _taken(name: str) -> Conflict:
@@ -48,10 +58,7 @@ async def create(store: Store, ns: Namespace, body: Any, now: datetime) -> Queue
 
 async def get(store: Store, ns: Namespace, name: str) -> Queue:
     async with store.read() as conn:
-        queue = await queue_store.get_queue(conn, ns.id, name)
-    if queue is None:
-        raise _not_found(name)
-    return queue
+        return await _load(conn, ns, name)
 
 
 async def list_(store: Store, ns: Namespace, *, include_archived: bool = False) -> list[Queue]:
@@ -61,9 +68,7 @@ async def list_(store: Store, ns: Namespace, *, include_archived: bool = False) 
 
 async def patch(store: Store, ns: Namespace, name: str, body: Any, now: datetime) -> Queue:
     async with store.write() as conn:
-        queue = await queue_store.get_queue(conn, ns.id, name)
-        if queue is None:
-            raise _not_found(name)
+        queue = await _load(conn, ns, name)
         if queue.state == "archived":
             raise Conflict(f'queue "{name}" is archived (read-only); unarchive it first')
         spec = merge_patch(queue.spec, body)
@@ -74,9 +79,7 @@ async def transition(
     store: Store, ns: Namespace, name: str, action: Transition, now: datetime
 ) -> Queue:
     async with store.write() as conn:
-        queue = await queue_store.get_queue(conn, ns.id, name)
-        if queue is None:
-            raise _not_found(name)
+        queue = await _load(conn, ns, name)
         target = states.next_state(queue.state, action)
         if target == queue.state:
             return queue
@@ -100,9 +103,7 @@ async def stats(store: Store, ns: Namespace, name: str) -> dict[str, Any]:
     is 1.0 when work is waiting and 0.0 otherwise.
     """
     async with store.read() as conn:
-        queue = await queue_store.get_queue(conn, ns.id, name)
-        if queue is None:
-            raise _not_found(name)
+        queue = await _load(conn, ns, name)
         counts = await queue_store.invocation_counts(conn, queue.id)
         fleet = await queue_store.fleet_counts(conn, queue.id)
         in_flight = await queue_store.in_flight_launches(conn, ns.id, name)
