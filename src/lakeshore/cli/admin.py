@@ -58,9 +58,9 @@ def create_token(
     cli = context.get(ctx)
     ns = namespace or cli.namespace
     body = {"name": name} if name else {}
-    issued = cli.client.request("POST", f"/v1/namespaces/{ns}/tokens", json=body)
+    issued = cli.client.request("POST", cli.ns_path("tokens", namespace=ns), json=body)
     if as_json:
         output.print_json(issued)
         return
-    output.errors.print(f"token for namespace [bold]{issued['namespace']}[/bold] (shown once):")
+    output.note(f"token for namespace {issued['namespace']} (shown once):")
     print(issued["token"])

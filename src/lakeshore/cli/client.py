@@ -13,9 +13,18 @@ class CliError(Exception):
 
 class ApiClient:
     def __init__(self, server: str, token: str | None, *, timeout: float = 30.0) -> None:
+        token = (token or "").strip()
+        if token and not (token.isascii() and token.isprintable() and " " not in token):
+            # never echo it: a mistyped token is still mostly a secret
+            raise CliError(
+                "the token holds characters no token has; check --token / LAKESHORE_TOKEN"
+            )
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = server.rstrip("/")
-        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+        try:
+            self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise CliError(f"not a server URL: {server!r} (--server / LAKESHORE_URL)") from exc
 
     def request(
         self,
@@ -32,8 +41,11 @@ class ApiClient:
                 f"cannot reach the Lakeshore server at {self.server} ({exc}); "
                 "is `lakeshore server` running? (--server / LAKESHORE_URL)"
             ) from exc
+        except httpx.TimeoutException as exc:
+            raise CliError(f"the server at {self.server} did not answer in time") from exc
         except httpx.HTTPError as exc:
-            raise CliError(f"request to {self.server} failed: {exc}") from exc
+            # the message of a protocol error can quote headers, the token among them
+            raise CliError(f"request to {self.server} failed ({type(exc).__name__})") from exc
         if response.is_success:
             return response.json() if response.content else None
         raise CliError(_refusal(response))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import typer
 
@@ -35,8 +36,11 @@ class CliContext:
             self._client = ApiClient(self.server, self.token or local_admin_token())
         return self._client
 
-    def ns_path(self, rest: str = "", namespace: str | None = None) -> str:
-        return f"/v1/namespaces/{namespace or self.namespace}{rest}"
+    def ns_path(self, *segments: str, namespace: str | None = None) -> str:
+        """``/v1/namespaces/{ns}/seg/…`` with every segment escaped, so a name typed by a
+        user (``x/../y``, ``q?x=1``) can only ever address itself."""
+        parts = [namespace or self.namespace, *segments]
+        return "/v1/namespaces/" + "/".join(quote(part, safe="") for part in parts)
 
 
 def get(ctx: typer.Context) -> CliContext:

@@ -9,7 +9,13 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console()
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)
+
+
+def note(text: str) -> None:
+    """A line for people on stderr, printed as given (no markup, no wrapping)."""
+    errors.print(text, markup=False, highlight=False)
+
 
 JSON_HELP = "Print JSON (for scripts) instead of a table."
 

@@ -111,7 +111,7 @@ def add(
     scaling = _scaling(None, elasticity, knobs)
     if scaling is not None:
         body["elasticity"] = scaling
-    _render(cli.client.request("POST", cli.ns_path("/queues"), json=body), as_json)
+    _render(cli.client.request("POST", cli.ns_path("queues"), json=body), as_json)
 
 
 @app.command("patch")
@@ -149,11 +149,11 @@ def patch(
         "pool": pool,
     }
     if elasticity is not None or any(v is not None for v in knobs.values()):
-        current = cli.client.request("GET", cli.ns_path(f"/queues/{name}")).get("elasticity")
+        current = cli.client.request("GET", cli.ns_path("queues", name)).get("elasticity")
         body["elasticity"] = _scaling(current, elasticity, knobs)
     if not body:
         raise CliError("nothing to change: give at least one option (see --help)")
-    _render(cli.client.request("PATCH", cli.ns_path(f"/queues/{name}"), json=body), as_json)
+    _render(cli.client.request("PATCH", cli.ns_path("queues", name), json=body), as_json)
 
 
 @app.command("list")
@@ -167,7 +167,7 @@ def list_(
     """List the namespace's queues."""
     cli = context.get(ctx)
     params = {"include_archived": "true"} if include_archived else None
-    queues = cli.client.request("GET", cli.ns_path("/queues"), params=params)["queues"]
+    queues = cli.client.request("GET", cli.ns_path("queues"), params=params)["queues"]
     if as_json:
         output.print_json(queues)
         return
@@ -189,14 +189,14 @@ def list_(
 def show(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
     """Show one queue's record."""
     cli = context.get(ctx)
-    _render(cli.client.request("GET", cli.ns_path(f"/queues/{name}")), as_json)
+    _render(cli.client.request("GET", cli.ns_path("queues", name)), as_json)
 
 
 @app.command("stats")
 def stats(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
     """Show a queue's signals: pending, running, daemons, utilization, launches in flight."""
     cli = context.get(ctx)
-    data = cli.client.request("GET", cli.ns_path(f"/queues/{name}/stats"))
+    data = cli.client.request("GET", cli.ns_path("queues", name, "stats"))
     if as_json:
         output.print_json(data)
     else:
@@ -206,7 +206,7 @@ def stats(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
 def _transition(action: str, doc: str) -> None:
     def command(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
         cli = context.get(ctx)
-        queue = cli.client.request("POST", cli.ns_path(f"/queues/{name}/{action}"))
+        queue = cli.client.request("POST", cli.ns_path("queues", name, action))
         if as_json:
             output.print_json(queue)
         else:

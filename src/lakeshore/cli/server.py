@@ -67,11 +67,11 @@ def server(
         _, token_path = load_or_create_admin_token(settings.admin_token, settings.admin_token_path)
     except OSError as exc:
         raise CliError(f"cannot write the admin token file: {exc}") from exc
-    output.errors.print(f"lakeshore server on http://{host}:{port}  (API docs: /docs)")
-    output.errors.print(f"store: {shown}")
+    output.note(f"lakeshore server on http://{host}:{port}  (API docs: /docs)")
+    output.note(f"store: {shown}")
     if token_path:
-        output.errors.print(f"admin token: {token_path}")
+        output.note(f"admin token: {token_path}")
     else:
-        output.errors.print("admin token: from LAKESHORE_ADMIN_TOKEN")
+        output.note("admin token: from LAKESHORE_ADMIN_TOKEN")
     app = create_app(settings, demo=demo)
     uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")

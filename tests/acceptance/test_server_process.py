@@ -1,0 +1,68 @@
+"""The ``lakeshore server`` process itself: restarts, shutdown, and what it prints at start.
+
+Each test here starts its own server(s), so it can stop and restart them.
+"""
+
+from __future__ import annotations
+
+import signal
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import Cli, clean_env, running_server
+from tests.conftest import BACKENDS
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture(params=BACKENDS)
+def store_db(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(backend, --db value): a SQLite file path, or an empty PostgreSQL database."""
+    backend: str = request.param
+    if backend == "sqlite":
+        return backend, str(tmp_path / "lakeshore.db")
+    fresh_pg_url: str = request.getfixturevalue("fresh_pg_url")
+    return backend, fresh_pg_url
+
+
+def test_restarted_server_keeps_its_admin_token_and_queues_after_a_graceful_sigterm(
+    store_db: tuple[str, str], tmp_path: Path
+) -> None:
+    backend, db = store_db
+    data_dir, log_path = tmp_path / "data", tmp_path / "server.log"
+    scratch = tmp_path / "cli-data"
+    scratch.mkdir()
+
+    with running_server(backend, db, data_dir, log_path) as first:
+        cli = Cli(first.url, first.admin_token, scratch)
+        cli.run("queues", "add", "kept", "--elasticity", "max-count", "--max", "2", "--json").json()
+        assert cli.run("queues", "pause", "kept", "--json").json()["state"] == "paused"
+    # graceful: the app's shutdown ran; uvicorn then re-raises the SIGTERM it caught
+    assert first.process.returncode in (0, -signal.SIGTERM), first.log()
+    assert "Application shutdown complete" in first.log()
+
+    with running_server(backend, db, data_dir, log_path) as second:
+        assert second.admin_token == first.admin_token
+        assert stat.S_IMODE(second.admin_token_path.stat().st_mode) == 0o600
+        cli = Cli(second.url, second.admin_token, scratch)
+        queue = cli.run("queues", "show", "kept", "--json").json()
+        assert queue["state"] == "paused"
+        assert queue["elasticity"] == {"kind": "max_count", "max": 2}
+
+
+@pytest.mark.parametrize(
+    "data_dir_name",
+    [
+        pytest.param("data[red]dir", id="brackets"),
+        pytest.param("d" * 60 + "/data", id="long"),
+    ],
+)
+def test_server_prints_the_admin_token_path_verbatim(data_dir_name: str, tmp_path: Path) -> None:
+    data_dir, log_path = tmp_path / data_dir_name, tmp_path / "server.log"
+    env = clean_env(COLUMNS=None)  # as under systemd, docker or `> server.log`
+
+    with running_server("sqlite", str(tmp_path / "lakeshore.db"), data_dir, log_path, env) as srv:
+        assert srv.admin_token_path.is_file()
+        assert f"admin token: {srv.admin_token_path}" in srv.log().splitlines()
