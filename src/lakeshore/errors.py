@@ -12,6 +12,7 @@ never thinks in status codes and the API layer never invents them.
     ├── NotFound              404  absent, or in a namespace the caller cannot see
     ├── Conflict              409  the request clashes with the record's current state
     ├── PayloadTooLarge       413  a body over the server's cap
+    ├── UnsupportedMediaType  415  a body that is not JSON
     ├── TooManyRequests       429  admission refused the request for now
     └── StoreUnavailable      503  the database could not be reached
 """
@@ -59,6 +60,11 @@ class Conflict(LakeshoreError):
 class PayloadTooLarge(LakeshoreError):
     status = 413
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(LakeshoreError):
+    status = 415
+    code = "unsupported_media_type"
 
 
 class TooManyRequests(LakeshoreError):

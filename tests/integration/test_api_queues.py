@@ -283,3 +283,25 @@ async def test_a_description_with_nul_is_422_on_every_store(api: httpx.AsyncClie
     response = await api.post(QUEUES, json={"name": "q", "description": "a\x00b"})
     assert response.status_code == 422
     assert response.json()["error"]["field"] == "description"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded"])
+async def test_a_queue_body_that_is_not_json_is_415(
+    api: httpx.AsyncClient, content_type: str
+) -> None:
+    for method, url in (("POST", QUEUES), ("PATCH", f"{QUEUES}/q")):
+        response = await api.request(
+            method, url, content=b'{"name": "q"}', headers={"content-type": content_type}
+        )
+        assert response.status_code == 415
+        assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert (await api.get(f"{QUEUES}/q")).status_code == 404
+
+
+async def test_json_with_a_charset_is_json(api: httpx.AsyncClient) -> None:
+    response = await api.post(
+        QUEUES,
+        content=b'{"name": "q"}',
+        headers={"content-type": "application/json; charset=utf-8"},
+    )
+    assert response.status_code == 201

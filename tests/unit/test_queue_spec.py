@@ -179,9 +179,9 @@ REFUSED = [
     (spec(state="paused"), "state", "drain, pause, resume"),
     (spec(id="q_1"), "id", "set by the server"),
     (spec(createdAt="2026-01-01"), "createdAt", "set by the server"),
-    (spec(authPolicy={"x": float("nan")}), "authPolicy", "NaN"),
+    (spec(authPolicy={"x": float("nan")}), "authPolicy.x", "NaN"),
     (spec(admission={"rate_limit": float("inf")}), "admission.rate_limit", "finite"),
-    (spec(elasticity={"kind": "fixed", "future": [float("nan")]}), "elasticity", "NaN"),
+    (spec(elasticity={"kind": "fixed", "future": [float("nan")]}), "elasticity.future[0]", "NaN"),
 ]
 
 
@@ -304,3 +304,42 @@ def test_nul_characters_are_refused_anywhere(body: dict[str, Any], field: str) -
         parse_spec(body)
     assert caught.value.field == field
     assert "NUL" in caught.value.message
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        (spec(reservedSlots=2**31), "reservedSlots", "less than or equal to 2147483647"),
+        (spec(elasticity={"kind": "fixed", "max": 2**63}), "elasticity.max", "less than or equal"),
+        (spec(authPolicy="\ud800"), "authPolicy", "UTF-8"),
+        (spec(authPolicy={"\ud800": 1}), "authPolicy.\\ud800", "UTF-8"),
+        (spec(elasticity={"kind": "fixed", "x": "\udfff"}), "elasticity.x", "UTF-8"),
+        (spec(authPolicy=nested(40)), "authPolicy" + "[0]" * 31, "deeper than 32"),
+    ],
+)
+def test_values_no_store_could_keep_are_refused(
+    body: dict[str, Any], field: str, words: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec(body)
+    assert caught.value.field == field
+    assert words in caught.value.message
+    caught.value.message.encode("utf-8")  # the refusal itself can always be sent
+
+
+def test_an_unknown_kind_with_a_surrogate_is_reported_encodably() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec(spec(elasticity={"kind": "\ud800"}))
+    assert caught.value.field == "elasticity.kind"
+    caught.value.message.encode("utf-8")
+
+
+def test_moderate_nesting_in_free_form_json_is_fine() -> None:
+    assert parse_spec(spec(authPolicy=nested(20))).auth_policy == nested(20)

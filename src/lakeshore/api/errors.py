@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 
+from lakeshore.domain.jsonsafe import printable
 from lakeshore.domain.validation import describe
 from lakeshore.errors import LakeshoreError, Unauthorized
 
@@ -44,9 +45,10 @@ def error_response(
     field: str | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    error: dict[str, Any] = {"code": code, "message": message}
+    # messages may quote user input: make sure they can always be encoded
+    error: dict[str, Any] = {"code": code, "message": printable(message)}
     if field:
-        error["field"] = field
+        error["field"] = printable(field)
     return JSONResponse({"error": error}, status_code=status, headers=headers)
 
 

@@ -11,7 +11,6 @@ and ignored, so newer clients can write fields an older server does not act on y
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal, get_args
@@ -29,6 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from lakeshore.domain import jsonsafe
 from lakeshore.domain.names import Name
 from lakeshore.domain.states import QueueState
 from lakeshore.domain.validation import invalid_input
@@ -62,43 +62,17 @@ def _check_elasticity_kind(value: str) -> str:
             f'"{value}" is the CLI spelling; the API and lakeshore.yaml take the underscored '
             f'form "{underscored}"'
         )
-    raise ValueError(f'unknown kind "{value}"; expected one of {", ".join(ELASTICITY_KINDS)}')
+    raise ValueError(
+        f'unknown kind "{jsonsafe.printable(value)}"; expected one of {", ".join(ELASTICITY_KINDS)}'
+    )
 
 
-def _check_finite_json(value: Any) -> Any:
-    """Refuse NaN and infinities anywhere in free-form JSON: no store can keep them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("NaN and infinite numbers are not valid JSON")
-    if isinstance(value, dict):
-        for item in value.values():
-            _check_finite_json(item)
-    elif isinstance(value, list):
-        for item in value:
-            _check_finite_json(item)
+def _check_storable(value: Any) -> Any:
+    problem = jsonsafe.find_unstorable(value)
+    if problem is not None:
+        where = f"{jsonsafe.printable(problem.path)}: " if problem.path else ""
+        raise ValueError(f"{where}{problem.reason}")
     return value
-
-
-def find_nul(value: Any, path: str = "") -> str | None:
-    """The path of the first string (key or value) holding a NUL character, if any.
-
-    PostgreSQL can store NUL in neither text nor JSON, so such input is refused up front.
-    """
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    items: list[tuple[str, Any]] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            child = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and "\x00" in key:
-                return child
-            items.append((child, item))
-    elif isinstance(value, list):
-        items = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
-    for child, item in items:
-        found = find_nul(item, child)
-        if found is not None:
-            return found
-    return None
 
 
 def _check_import_path(value: str) -> str:
@@ -107,13 +81,13 @@ def _check_import_path(value: str) -> str:
     return value
 
 
-Count = Annotated[int, Field(strict=True, ge=0)]
+Count = Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)]
 Positive = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Text = Annotated[StrictStr, Field(max_length=1024)]
 Label = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 Script = Annotated[StrictStr, Field(max_length=65536)]
-FreeJson = Annotated[Any, AfterValidator(_check_finite_json)]
+FreeJson = Annotated[Any, AfterValidator(_check_storable)]
 
 
 class KindParams(BaseModel):
@@ -183,7 +157,7 @@ class Elasticity(BaseModel):
 
     @model_validator(mode="after")
     def _extras_are_json(self) -> Elasticity:
-        _check_finite_json(self.model_extra or {})
+        _check_storable(self.model_extra or {})
         return self
 
     @property
@@ -282,10 +256,10 @@ def parse_spec(data: Any) -> QueueSpec:
     """Validate a queue as written by a user; :class:`InvalidInput` names the first bad field."""
     if not isinstance(data, dict):
         raise InvalidInput("a queue is a JSON object of its fields")
-    nul = find_nul(data)
-    if nul is not None:
-        shown = nul.replace("\x00", "\\0")
-        raise InvalidInput(f"{shown}: text may not contain NUL characters", field=shown or None)
+    problem = jsonsafe.find_unstorable(data)
+    if problem is not None:
+        shown = jsonsafe.printable(problem.path)
+        raise InvalidInput(f"{shown}: {problem.reason}", field=shown or None)
     for key in READ_ONLY_FIELDS:
         if key in data:
             hint = "; change it with drain, pause, resume, archive or unarchive"

@@ -6,11 +6,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-Json = JSON().with_variant(JSONB(), "postgresql")
+# PostgreSQL's ``json`` (not ``jsonb``): it keeps the text it was given, so what users
+# write — invocation arguments, results, free-form queue fields — reads back exactly
+# (``jsonb`` turns 1e+23 into the integer 100000000000000000000000). Nothing queries
+# inside these documents; values the controller filters on have columns of their own.
+Json = JSON()
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Depends, Query, Request
 
 from lakeshore.api.deps import InNamespace, State
 from lakeshore.domain.states import TRANSITIONS, Transition
+from lakeshore.errors import UnsupportedMediaType
 from lakeshore.services import queues as queue_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}/queues", tags=["queues"])
@@ -24,7 +25,22 @@ QUEUE_PATCH_BODY = {
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueuePatch"}}},
     }
 }
+
+
+def _json_only(request: Request) -> None:
+    """Queue bodies are JSON: another declared media type is 415, not a confusing 422."""
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
+    media = declared.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        raise UnsupportedMediaType(f"send the queue as application/json, not {media or 'nothing'}")
+
+
 RawBody = Annotated[Any, Body()]
+JsonOnly = Depends(_json_only)
 
 
 @router.get("", summary="List queues (archived ones only when asked)")
@@ -37,7 +53,13 @@ async def list_queues(
     return {"queues": [queue.to_json() for queue in found]}
 
 
-@router.post("", status_code=201, summary="Create a queue", openapi_extra=QUEUE_SPEC_BODY)
+@router.post(
+    "",
+    status_code=201,
+    summary="Create a queue",
+    openapi_extra=QUEUE_SPEC_BODY,
+    dependencies=[JsonOnly],
+)
 async def create_queue(ns: InNamespace, state: State, body: RawBody) -> dict[str, Any]:
     queue = await queue_service.create(state.store, ns, body, state.clock())
     return queue.to_json()
@@ -52,6 +74,7 @@ async def get_queue(name: str, ns: InNamespace, state: State) -> dict[str, Any]:
     "/{name}",
     summary="Change a queue: each field given replaces that field whole; null clears it",
     openapi_extra=QUEUE_PATCH_BODY,
+    dependencies=[JsonOnly],
 )
 async def patch_queue(name: str, ns: InNamespace, state: State, body: RawBody) -> dict[str, Any]:
     queue = await queue_service.patch(state.store, ns, name, body, state.clock())

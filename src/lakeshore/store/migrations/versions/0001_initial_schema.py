@@ -2,14 +2,13 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-12-02 13:21:57.490425
+Create Date: 2026-12-02 14:25:41.625055
 """
 
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 import lakeshore.store.types
 
@@ -64,21 +63,9 @@ def upgrade() -> None:
         sa.Column("queue_name", sa.String(length=80), nullable=False),
         sa.Column("action", sa.String(length=16), nullable=False),
         sa.Column("reason", sa.Text(), nullable=False),
-        sa.Column(
-            "before",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
-        sa.Column(
-            "after",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
-        sa.Column(
-            "signals",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("before", sa.JSON(), nullable=False),
+        sa.Column("after", sa.JSON(), nullable=False),
+        sa.Column("signals", sa.JSON(), nullable=True),
         sa.Column("created_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["namespace_id"],
@@ -102,11 +89,7 @@ def upgrade() -> None:
         sa.Column("scope", sa.String(length=80), nullable=False),
         sa.Column("provider_name", sa.String(length=63), nullable=False),
         sa.Column("state", sa.String(length=16), nullable=False),
-        sa.Column(
-            "handle",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("handle", sa.JSON(), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("worker_id", sa.String(length=40), nullable=True),
         sa.Column("created_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=False),
@@ -133,11 +116,7 @@ def upgrade() -> None:
         sa.Column("namespace_id", sa.String(length=40), nullable=False),
         sa.Column("name", sa.String(length=63), nullable=False),
         sa.Column("kind", sa.String(length=16), nullable=False),
-        sa.Column(
-            "config",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("config", sa.JSON(), nullable=False),
         sa.Column("created_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("updated_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
@@ -156,34 +135,14 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=63), nullable=False),
         sa.Column("description", sa.Text(), nullable=True),
         sa.Column("kind", sa.String(length=16), nullable=False),
-        sa.Column(
-            "kind_params",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
-        sa.Column(
-            "admission",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("kind_params", sa.JSON(), nullable=True),
+        sa.Column("admission", sa.JSON(), nullable=True),
         sa.Column("reserved_slots", sa.Integer(), nullable=True),
-        sa.Column(
-            "auth_policy",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("auth_policy", sa.JSON(), nullable=True),
         sa.Column("provider_ref", sa.String(length=63), nullable=True),
-        sa.Column(
-            "elasticity",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("elasticity", sa.JSON(), nullable=True),
         sa.Column("pool", sa.String(length=63), nullable=True),
-        sa.Column(
-            "daemon_template",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("daemon_template", sa.JSON(), nullable=True),
         sa.Column("custom_scaler_udf", sa.String(length=512), nullable=True),
         sa.Column("state", sa.String(length=16), nullable=False),
         sa.Column("server_node_id", sa.String(length=128), nullable=True),
@@ -227,21 +186,9 @@ def upgrade() -> None:
         sa.Column("id", sa.String(length=40), nullable=False),
         sa.Column("namespace_id", sa.String(length=40), nullable=False),
         sa.Column("launch_id", sa.String(length=40), nullable=True),
-        sa.Column(
-            "runners",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
-        sa.Column(
-            "tags",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
-        sa.Column(
-            "capabilities",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("runners", sa.JSON(), nullable=False),
+        sa.Column("tags", sa.JSON(), nullable=False),
+        sa.Column("capabilities", sa.JSON(), nullable=False),
         sa.Column("max_invocations", sa.Integer(), nullable=False),
         sa.Column("current_invocations", sa.Integer(), nullable=True),
         sa.Column("cost_weight", sa.Float(), nullable=True),
@@ -268,16 +215,8 @@ def upgrade() -> None:
         sa.Column("queue_id", sa.String(length=40), nullable=False),
         sa.Column("queue_name", sa.String(length=63), nullable=False),
         sa.Column("fn", sa.String(length=512), nullable=False),
-        sa.Column(
-            "args",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
-        sa.Column(
-            "kwargs",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("args", sa.JSON(), nullable=False),
+        sa.Column("kwargs", sa.JSON(), nullable=False),
         sa.Column("priority", sa.Float(), server_default=sa.text("0"), nullable=False),
         sa.Column("key", sa.String(length=256), nullable=True),
         sa.Column("state", sa.String(length=16), nullable=False),
@@ -289,16 +228,8 @@ def upgrade() -> None:
             "lease_expires_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=True
         ),
         sa.Column("available_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column(
-            "result",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
-        sa.Column(
-            "error",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=True,
-        ),
+        sa.Column("result", sa.JSON(), nullable=True),
+        sa.Column("error", sa.JSON(), nullable=True),
         sa.Column("created_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("started_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=True),
         sa.Column("finished_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=True),
@@ -369,11 +300,7 @@ def upgrade() -> None:
         "stream_items",
         sa.Column("invocation_id", sa.String(length=40), nullable=False),
         sa.Column("seq", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column(
-            "item",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        sa.Column("item", sa.JSON(), nullable=False),
         sa.Column("created_at", lakeshore.store.types.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["invocation_id"],

@@ -1,0 +1,65 @@
+"""What a store can keep: JSON that both SQLite and PostgreSQL take back unchanged.
+
+User-written JSON (a whole queue body, ``authPolicy``, unknown ``elasticity`` keys) is
+checked before it goes anywhere: no NUL characters (PostgreSQL stores them in neither text
+nor JSON), no lone surrogates (not UTF-8, so no store, log or response can carry them), no
+NaN or infinities (not JSON), and no nesting deeper than :data:`MAX_DEPTH` (a record is
+configuration, not a data structure). Refusals name the path of the offending value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+MAX_DEPTH: Final = 32
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    reason: str
+
+
+def printable(text: str) -> str:
+    """``text`` made safe to show and to encode: NUL and lone surrogates escaped."""
+    return text.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "text may not contain NUL characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "text must be valid UTF-8 (it holds a lone surrogate)"
+    return None
+
+
+def find_unstorable(value: Any, path: str = "", depth: int = 0) -> Problem | None:
+    """The first value under ``value`` that no store could keep, if any."""
+    if isinstance(value, str):
+        reason = _text_problem(value)
+        return Problem(path, reason) if reason else None
+    if isinstance(value, float) and not math.isfinite(value):
+        return Problem(path, "NaN and infinite numbers are not valid JSON")
+    if not isinstance(value, dict | list):
+        return None
+    if depth >= MAX_DEPTH:
+        return Problem(path, f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        children = []
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else str(key)
+            reason = _text_problem(key) if isinstance(key, str) else None
+            if reason:
+                return Problem(child, reason)
+            children.append((child, item))
+    else:
+        children = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+    for child, item in children:
+        found = find_unstorable(item, child, depth + 1)
+        if found is not None:
+            return found
+    return None
