@@ -70,6 +70,29 @@ def _scaling(
     return elasticity
 
 
+def _plain_fields(
+    kind: str | None, provider: str | None, description: str | None
+) -> dict[str, Any]:
+    given = {"kind": kind, "providerRef": provider, "description": description}
+    return {field: value for field, value in given.items() if value is not None}
+
+
+def _knobs(
+    min_: int | None,
+    max_: int | None,
+    threshold: float | None,
+    threshold_low: float | None,
+    pool: str | None,
+) -> dict[str, Any]:
+    return {
+        "min": min_,
+        "max": max_,
+        "threshold": threshold,
+        "threshold_low": threshold_low,
+        "pool": pool,
+    }
+
+
 def _render(queue: dict[str, Any], as_json: bool) -> None:
     if as_json:
         output.print_json(queue)
@@ -94,20 +117,8 @@ def add(
 ) -> None:
     """Create a queue (submitting to a missing queue also creates one, as fifo)."""
     cli = context.get(ctx)
-    body: dict[str, Any] = {"name": name}
-    if kind is not None:
-        body["kind"] = kind
-    if provider is not None:
-        body["providerRef"] = provider
-    if description is not None:
-        body["description"] = description
-    knobs = {
-        "min": min_,
-        "max": max_,
-        "threshold": threshold,
-        "threshold_low": threshold_low,
-        "pool": pool,
-    }
+    body = {"name": name, **_plain_fields(kind, provider, description)}
+    knobs = _knobs(min_, max_, threshold, threshold_low, pool)
     scaling = _scaling(None, elasticity, knobs)
     if scaling is not None:
         body["elasticity"] = scaling
@@ -134,20 +145,8 @@ def patch(
     Scaling flags change only the knobs given: the rest of the queue's elasticity is kept.
     """
     cli = context.get(ctx)
-    body: dict[str, Any] = {}
-    if kind is not None:
-        body["kind"] = kind
-    if provider is not None:
-        body["providerRef"] = provider
-    if description is not None:
-        body["description"] = description
-    knobs = {
-        "min": min_,
-        "max": max_,
-        "threshold": threshold,
-        "threshold_low": threshold_low,
-        "pool": pool,
-    }
+    body = _plain_fields(kind, provider, description)
+    knobs = _knobs(min_, max_, threshold, threshold_low, pool)
     if elasticity is not None or any(v is not None for v in knobs.values()):
         current = cli.client.request("GET", cli.ns_path("queues", name)).get("elasticity")
         body["elasticity"] = _scaling(current, elasticity, knobs)

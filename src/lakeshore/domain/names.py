@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, StrictStr
+from pydantic import AfterValidator, Field, StrictStr
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 NAME_RULE = (
@@ -29,4 +29,9 @@ def check_name(value: str) -> str:
     return value
 
 
-Name = Annotated[StrictStr, AfterValidator(check_name)]
+Name = Annotated[
+    StrictStr,
+    AfterValidator(check_name),
+    # published in the JSON Schema; the validator above gives the friendlier message
+    Field(json_schema_extra={"pattern": f"^{NAME_RE.pattern}$", "minLength": 1, "maxLength": 63}),
+]
