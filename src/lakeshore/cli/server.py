@@ -73,5 +73,10 @@ def server(
         output.note(f"admin token: {token_path}")
     else:
         output.note("admin token: from LAKESHORE_ADMIN_TOKEN")
+    if demo:
+        output.note(
+            'demo queue "demo" (fully_elastic, 0-4 daemons); in another terminal: '
+            "lakeshore queues show demo"
+        )
     app = create_app(settings, demo=demo)
     uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")
