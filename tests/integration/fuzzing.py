@@ -1,0 +1,141 @@
+"""What the API fuzz tests share: sending a request, the refusal shape, a served app.
+
+``send`` turns a 5xx, or an exception the app let escape, into a test failure, so every
+request the fuzz tests make checks the one property they all hold: whatever a caller
+sends, the answer is never a 5xx. ``assert_refusal`` checks a 4xx is in the error shape.
+
+``serve`` runs the app in an event loop of the test's own (an anyio blocking portal) with
+its lifespan entered, for the schemathesis tests, which call it synchronously.
+
+Not a test module (no ``test_`` prefix); ``conftest.py`` has pytest rewrite its asserts.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from asgi_lifespan import LifespanManager
+from hypothesis import strategies as st
+
+from lakeshore.domain.names import NAME_RE
+from tests.conftest import ADMIN
+
+BASE_URL = "http://lakeshore.test"
+QUEUES = "/v1/namespaces/default/queues"
+VALID_NAME = st.from_regex(NAME_RE, fullmatch=True)
+
+
+# --------------------------------------------------------------------------------------
+# The refusal shape, and sending through the `api` fixture
+# --------------------------------------------------------------------------------------
+
+
+def assert_refusal(response: httpx.Response, status: int | None = None) -> dict[str, Any]:
+    """A 4xx (``status`` if given) whose body is ``{"error": {"code", "message", ...}}``."""
+    assert 400 <= response.status_code < 500, f"{response.status_code}: {response.text[:500]}"
+    if status is not None:
+        assert response.status_code == status, response.text[:500]
+    body = response.json()
+    assert isinstance(body, dict), body
+    assert list(body) == ["error"], body
+    error = body["error"]
+    assert isinstance(error, dict), body
+    assert isinstance(error.get("code"), str), body
+    assert isinstance(error.get("message"), str), body
+    assert isinstance(error.get("field", ""), str), body
+    return dict(error)
+
+
+NO_BODY: Any = object()
+
+
+def json_bytes(value: Any) -> bytes:
+    """JSON as a client library would send it (NaN as ``NaN``, lone surrogates escaped)."""
+    return json.dumps(value).encode()
+
+
+async def send(
+    api: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    body: Any = NO_BODY,
+    content: Any = None,
+    headers: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
+) -> httpx.Response:
+    """One request; a 5xx, or an exception the app let escape, fails the test."""
+    if body is not NO_BODY:
+        content = json_bytes(body)
+        headers = {"content-type": "application/json", **(headers or {})}
+    try:
+        response = await api.request(method, url, content=content, headers=headers, params=params)
+    except Exception as exc:  # the `api` fixture's transport re-raises what the app did not handle
+        raise AssertionError(
+            f"{method} {url} answered 500: unhandled {type(exc).__name__}: {exc}"
+        ) from exc
+    assert response.status_code < 500, (
+        f"{method} {url} answered {response.status_code}: {response.text[:500]}"
+    )
+    return response
+
+
+def queue_url(name: str, ns: str = "default") -> str:
+    return f"/v1/namespaces/{ns}/queues/{quote(name, safe='')}"
+
+
+async def listing(api: httpx.AsyncClient) -> Any:
+    response = await send(api, "GET", QUEUES, params={"include_archived": "true"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+# --------------------------------------------------------------------------------------
+# The app served in a loop of the test's own
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    """The app with its lifespan entered, reached through an httpx client in its own loop."""
+
+    portal: BlockingPortal
+    client: httpx.AsyncClient
+    namespace_token: str = ""
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        return self.portal.call(functools.partial(self.client.request, method, url, **kwargs))
+
+    def ok(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        response = self.request(method, url, headers=ADMIN, **kwargs)
+        assert response.status_code in (200, 201), response.text
+        return response
+
+
+async def _lifespan(app: Any) -> LifespanManager:
+    return LifespanManager(app)  # made in the loop: it detects the async library when built
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[Served]:
+    """``app`` with its lifespan entered, in a blocking portal's loop, until the block ends."""
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(portal.call(_lifespan, app)) as manager,
+        portal.wrap_async_context_manager(
+            httpx.AsyncClient(
+                # a 500 must come back as a response, not as an exception in the test
+                transport=httpx.ASGITransport(app=manager.app, raise_app_exceptions=False),
+                base_url=BASE_URL,
+            )
+        ) as client,
+    ):
+        yield Served(portal=portal, client=client)
