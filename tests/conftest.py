@@ -132,7 +132,12 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
-    return Settings(database_url=database_url, data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN)
+    return Settings(
+        database_url=database_url,
+        data_dir=tmp_path / "data",
+        admin_token=ADMIN_TOKEN,
+        reaper_interval_s=0,  # tests sweep by hand, with the fake clock
+    )
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -15,12 +16,14 @@ from lakeshore import __version__
 from lakeshore.api import errors, openapi
 from lakeshore.api.deps import AppState, Clock
 from lakeshore.api.limits import BodySizeLimit
-from lakeshore.api.routes import health, namespaces, queues
+from lakeshore.api.routes import health, invocations, namespaces, queues
+from lakeshore.api.routes import workers as worker_routes
 from lakeshore.config import Settings
 from lakeshore.errors import Conflict
-from lakeshore.services import auth
+from lakeshore.services import auth, workers
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
+from lakeshore.services.notify import Notifier
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 
 log = logging.getLogger("lakeshore.server")
@@ -41,6 +44,20 @@ async def _create_demo_queue(store: Store, now: datetime) -> None:
     ns = await ns_service.resolve(store, auth.ADMIN, ns_service.DEFAULT_NAMESPACE)
     with contextlib.suppress(Conflict):  # kept from an earlier start
         await queue_service.create(store, ns, DEMO_QUEUE, now)
+
+
+async def _reap_forever(store: Store, clock: Clock, interval_s: float) -> None:
+    """Return expired leases and drop silent workers, every ``interval_s``; a failed sweep
+    is logged and the next one runs on time."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            counts = await workers.reap(store, clock())
+        except Exception:
+            log.exception("reaper sweep failed")
+            continue
+        if any(counts.values()):
+            log.info("reaper: %s", counts)
 
 
 def create_app(
@@ -66,13 +83,23 @@ def create_app(
             admin_token=token,
             admin_token_path=token_path,
             clock=clock,
+            notifier=Notifier(),
         )
         log.info(
             "lakeshore %s serving on %s", __version__, url.render_as_string(hide_password=True)
         )
+        reaper = None
+        if settings.reaper_interval_s > 0:
+            reaper = asyncio.create_task(
+                _reap_forever(store, clock, settings.reaper_interval_s), name="lakeshore-reaper"
+            )
         try:
             yield
         finally:
+            if reaper is not None:
+                reaper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reaper
             await store.close()
 
     app = FastAPI(
@@ -84,6 +111,13 @@ def create_app(
     errors.install(app)
     openapi.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    for router in (health.router, namespaces.router, queues.router):
+    routers = (
+        health.router,
+        namespaces.router,
+        queues.router,
+        invocations.router,
+        worker_routes.router,
+    )
+    for router in routers:
         app.include_router(router)
     return app

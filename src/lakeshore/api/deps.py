@@ -16,6 +16,7 @@ from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.namespaces import Namespace
+from lakeshore.services.notify import Notifier
 from lakeshore.store.engine import Store
 
 Clock = Callable[[], datetime]
@@ -28,6 +29,7 @@ class AppState:
     admin_token: str
     admin_token_path: Path | None
     clock: Clock
+    notifier: Notifier
 
 
 def app_state(request: Request) -> AppState:

@@ -1,0 +1,95 @@
+"""Worker daemons: hello, long-poll claim, heartbeat, complete, fail."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, ConfigDict, Field
+
+from lakeshore.api.deps import Caller, State
+from lakeshore.domain import jsonsafe
+from lakeshore.errors import InvalidInput
+from lakeshore.services import workers as worker_service
+
+router = APIRouter(prefix="/v1/workers", tags=["workers"])
+
+
+class ClaimIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    timeout_s: Annotated[float, Field(ge=0)] | None = None
+    max: Annotated[int, Field(ge=0, le=10_000)] | None = None
+
+
+class ErrorIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Annotated[str, Field(max_length=256)] = "Error"
+    message: Annotated[str, Field(max_length=65536)] = ""
+    traceback: Annotated[str, Field(max_length=262144)] | None = None
+
+
+class FailIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    error: ErrorIn
+    retry: bool = True
+
+
+def _storable(value: Any, field: str) -> Any:
+    problem = jsonsafe.find_unstorable(value)
+    if problem is not None:
+        path = ".".join(p for p in (field, jsonsafe.printable(problem.path)) if p)
+        raise InvalidInput(f"{path}: {problem.reason}", field=path)
+    return value
+
+
+@router.post("/hello", summary="Register or refresh a worker")
+async def hello(state: State, caller: Caller, body: Annotated[Any, Body()]) -> dict[str, Any]:
+    return await worker_service.hello(state.store, caller, body, state.clock())
+
+
+@router.post("/{worker_id}/claim", summary="Long-poll for invocations (at most 20 s)")
+async def claim(
+    worker_id: str, state: State, caller: Caller, body: ClaimIn | None = None
+) -> dict[str, Any]:
+    request = body or ClaimIn()
+    claimed = await worker_service.claim(
+        state.store,
+        state.notifier,
+        caller,
+        worker_id,
+        timeout_s=request.timeout_s,
+        max_count=request.max,
+        clock=state.clock,
+    )
+    return {"invocations": claimed}
+
+
+@router.post("/{worker_id}/heartbeat", summary="Extend the leases the worker holds")
+async def heartbeat(worker_id: str, state: State, caller: Caller) -> dict[str, Any]:
+    return await worker_service.heartbeat(state.store, caller, worker_id, state.clock())
+
+
+@router.post("/{worker_id}/invocations/{invocation_id}/complete", summary="Succeed an invocation")
+async def complete(
+    worker_id: str,
+    invocation_id: str,
+    state: State,
+    caller: Caller,
+    body: Annotated[dict[str, Any], Body()],
+) -> dict[str, Any]:
+    if set(body) - {"result"}:
+        raise InvalidInput('complete takes {"result": <JSON>}', field="result")
+    result = _storable(body.get("result"), "result")
+    return await worker_service.complete(
+        state.store, caller, worker_id, invocation_id, result, state.clock()
+    )
+
+
+@router.post("/{worker_id}/invocations/{invocation_id}/fail", summary="Fail an attempt")
+async def fail(
+    worker_id: str, invocation_id: str, state: State, caller: Caller, body: FailIn
+) -> dict[str, Any]:
+    error = _storable(body.error.model_dump(exclude_none=True), "error")
+    return await worker_service.fail(
+        state.store, caller, worker_id, invocation_id, error, retry=body.retry, now=state.clock()
+    )

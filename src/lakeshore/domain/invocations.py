@@ -1,0 +1,84 @@
+"""Invocations: what a submit may carry, the states they move through, and retry timing.
+
+An invocation is one call of a user function (``fn``, an import path ``module:qualname``)
+with JSON ``args`` / ``kwargs``. It is ``pending`` until a worker claims it, ``running``
+while that worker holds its lease, and ends ``succeeded``, ``failed``, ``cancelled`` or
+``expired``. A claim counts as an attempt; an attempt that fails (or whose lease runs
+out) goes back to ``pending`` after a backoff until ``max_attempts`` are spent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
+
+from lakeshore.domain import jsonsafe
+from lakeshore.domain.validation import invalid_input
+from lakeshore.errors import InvalidInput
+
+InvocationState = Literal["pending", "running", "succeeded", "failed", "cancelled", "expired"]
+FINAL_STATES: Final = frozenset({"succeeded", "failed", "cancelled", "expired"})
+DEFAULT_MAX_ATTEMPTS: Final = 3
+MAX_ATTEMPTS_LIMIT: Final = 100
+DEFAULT_PRIORITY_FIELD: Final = "priority"
+_FN_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+class Submit(BaseModel):
+    """One submit, as a client writes it."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+
+    fn: Annotated[StrictStr, Field(max_length=512)]
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    key: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None = None
+    max_attempts: Annotated[int, Field(strict=True, ge=1, le=MAX_ATTEMPTS_LIMIT)] = (
+        DEFAULT_MAX_ATTEMPTS
+    )
+    timeout_s: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] | None = None
+
+    @field_validator("fn")
+    @classmethod
+    def _import_path(cls, value: str) -> str:
+        if not _FN_RE.fullmatch(value):
+            raise ValueError(
+                f'{value!r} is not an import path of the form "package.module:function"'
+            )
+        return value
+
+
+def parse_submit(data: Any, *, where: str = "") -> Submit:
+    """Validate one submit; :class:`InvalidInput` names the field (under ``where``)."""
+    if not isinstance(data, dict):
+        raise InvalidInput("an invocation is a JSON object with at least `fn`", field=where or None)
+    problem = jsonsafe.find_unstorable(data)
+    if problem is not None:
+        path = ".".join(p for p in (where, jsonsafe.printable(problem.path)) if p)
+        raise InvalidInput(f"{path}: {problem.reason}", field=path or None)
+    try:
+        return Submit.model_validate(data)
+    except ValidationError as exc:
+        raise invalid_input(exc, prefix=(where,) if where else ()) from exc
+
+
+def priority_of(kwargs: dict[str, Any], field: str | None) -> float:
+    """The priority a submit carries in ``kwargs[field]`` (0 when absent or not a number)."""
+    value = kwargs.get(field or DEFAULT_PRIORITY_FIELD)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    number = float(value)
+    return number if math.isfinite(number) else 0.0
+
+
+def retry_backoff_s(attempts: int, *, base_s: float = 1.0, cap_s: float = 60.0) -> float:
+    """Seconds before a failed attempt may be claimed again: 1, 2, 4, … capped at 60."""
+    return float(min(cap_s, base_s * 2 ** max(0, attempts - 1)))
+
+
+def after_failure(attempts: int, max_attempts: int, *, retry: bool) -> InvocationState:
+    """Where an attempt that failed (or lost its lease) leaves the invocation."""
+    return "pending" if retry and attempts < max_attempts else "failed"

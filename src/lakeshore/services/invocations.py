@@ -1,0 +1,179 @@
+"""The task queue's client side: submit (one or many), read, list, cancel."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.domain.ids import new_id
+from lakeshore.domain.invocations import Submit, parse_submit, priority_of
+from lakeshore.domain.names import NAME_RULE, is_valid_name
+from lakeshore.domain.queue import Queue, parse_spec
+from lakeshore.errors import Conflict, InvalidInput, NotFound
+from lakeshore.services.namespaces import Namespace
+from lakeshore.services.notify import Notifier
+from lakeshore.store import invocations as inv_store
+from lakeshore.store import queues as queue_store
+from lakeshore.store.engine import Store
+
+MAX_BATCH = 1000
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+
+
+def to_json(row: Any) -> dict[str, Any]:
+    def iso(value: datetime | None) -> str | None:
+        return value.isoformat() if value else None
+
+    return {
+        "id": row["id"],
+        "queue": row["queue_name"],
+        "fn": row["fn"],
+        "args": row["args"],
+        "kwargs": row["kwargs"],
+        "priority": row["priority"],
+        "key": row["key"],
+        "state": row["state"],
+        "attempts": row["attempts"],
+        "max_attempts": row["max_attempts"],
+        "timeout_s": row["timeout_s"],
+        "worker": row["worker_id"],
+        "lease_expires_at": iso(row["lease_expires_at"]),
+        "result": row["result"],
+        "error": row["error"],
+        "created_at": iso(row["created_at"]),
+        "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]),
+    }
+
+
+async def _queue_for_submit(
+    conn: AsyncConnection, ns: Namespace, name: str, now: datetime
+) -> Queue:
+    """The queue to submit to, created as fifo when it does not exist yet."""
+    if not is_valid_name(name):
+        raise InvalidInput(f"{name!r} is not a valid queue name: use {NAME_RULE}", field="queue")
+    queue = await queue_store.get_queue(conn, ns.id, name)
+    if queue is None:
+        queue = await queue_store.insert_queue(
+            conn, id=new_id("q"), namespace_id=ns.id, spec=parse_spec({"name": name}), now=now
+        )
+    if queue.state in ("draining", "archived"):
+        raise Conflict(f'queue "{name}" is {queue.state} and accepts no submits', field="queue")
+    return queue
+
+
+def _row(ns: Namespace, queue: Queue, submit: Submit, created_at: datetime) -> dict[str, Any]:
+    field = queue.spec.kind_params.priority_field if queue.spec.kind_params else None
+    return {
+        "id": new_id("inv"),
+        "namespace_id": ns.id,
+        "queue_id": queue.id,
+        "queue_name": queue.name,
+        "fn": submit.fn,
+        "args": submit.args,
+        "kwargs": submit.kwargs,
+        "priority": priority_of(submit.kwargs, field),
+        "key": submit.key,
+        "state": "pending",
+        "attempts": 0,
+        "max_attempts": submit.max_attempts,
+        "timeout_s": submit.timeout_s,
+        "available_at": created_at,
+        "created_at": created_at,
+    }
+
+
+async def submit_many(
+    store: Store,
+    notifier: Notifier,
+    ns: Namespace,
+    queue_name: str,
+    bodies: Sequence[Any],
+    now: datetime,
+) -> list[tuple[dict[str, Any], bool]]:
+    """Submit ``bodies`` in order; each result is (invocation, created?). A body whose key
+    was already used in this queue returns the invocation that holds it."""
+    if not 1 <= len(bodies) <= MAX_BATCH:
+        raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
+    submits = [
+        parse_submit(body, where=f"invocations[{i}]" if len(bodies) > 1 else "")
+        for i, body in enumerate(bodies)
+    ]
+    for attempt in range(3):  # a racing create of the same queue is retried, not surfaced
+        try:
+            async with store.write() as conn:
+                queue = await _queue_for_submit(conn, ns, queue_name, now)
+                # a microsecond apart, so a batch keeps its order in fifo and filo queues
+                rows = [
+                    _row(ns, queue, s, now + timedelta(microseconds=i))
+                    for i, s in enumerate(submits)
+                ]
+                stored = await inv_store.insert_many(conn, rows)
+            break
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    notifier.notify([queue.id])
+    new_ids = {row["id"] for row in rows}
+    return [(to_json(row), row["id"] in new_ids) for row in stored]
+
+
+async def get(store: Store, ns: Namespace, invocation_id: str) -> dict[str, Any]:
+    async with store.read() as conn:
+        row = await inv_store.get(conn, ns.id, invocation_id)
+    if row is None:
+        raise NotFound(f'invocation "{invocation_id}" not found', field="id")
+    return to_json(row)
+
+
+async def list_for_queue(
+    store: Store,
+    ns: Namespace,
+    queue_name: str,
+    *,
+    states: Sequence[str],
+    limit: int,
+    cursor: str | None,
+) -> dict[str, Any]:
+    before = None
+    if cursor:
+        stamp, _, last_id = cursor.partition("|")
+        try:
+            before = (datetime.fromisoformat(stamp), last_id)
+        except ValueError as exc:
+            raise InvalidInput("not a cursor this server issued", field="cursor") from exc
+        if before[0].tzinfo is None or not last_id:
+            raise InvalidInput("not a cursor this server issued", field="cursor")
+    async with store.read() as conn:
+        queue = (
+            await queue_store.get_queue(conn, ns.id, queue_name)
+            if is_valid_name(queue_name)
+            else None
+        )
+        if queue is None:
+            raise NotFound(f'queue "{queue_name}" not found', field="name")
+        rows = await inv_store.list_for_queue(
+            conn, queue.id, states=states, limit=limit, before=before
+        )
+    next_cursor = None
+    if len(rows) == limit:
+        last = rows[-1]
+        next_cursor = f"{last['created_at'].isoformat()}|{last['id']}"
+    return {"invocations": [to_json(row) for row in rows], "next_cursor": next_cursor}
+
+
+async def cancel(store: Store, ns: Namespace, invocation_id: str, now: datetime) -> dict[str, Any]:
+    async with store.write() as conn:
+        row = await inv_store.get(conn, ns.id, invocation_id)
+        if row is None:
+            raise NotFound(f'invocation "{invocation_id}" not found', field="id")
+        if row["state"] in ("succeeded", "failed", "expired"):
+            raise Conflict(f"invocation already {row['state']}; nothing to cancel", field="state")
+        updated = await inv_store.cancel(conn, invocation_id, now)
+    assert updated is not None
+    return to_json(updated)

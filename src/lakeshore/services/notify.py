@@ -1,0 +1,39 @@
+"""Waking waiting claims the moment work arrives, instead of on their next poll.
+
+A claim registers interest in its queues *before* it looks for work, so a submit that
+lands between the look and the wait still wakes it. This is the in-process half;
+across server replicas PostgreSQL ``LISTEN/NOTIFY`` will feed the same ``notify``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+
+class Notifier:
+    def __init__(self) -> None:
+        self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+
+    def notify(self, queue_ids: Iterable[str]) -> None:
+        for queue_id in queue_ids:
+            for event in self._waiters.get(queue_id, ()):
+                event.set()
+
+    @contextmanager
+    def listen(self, queue_ids: Iterable[str]) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        keys = list(queue_ids)
+        for key in keys:
+            self._waiters[key].add(event)
+        try:
+            yield event
+        finally:
+            for key in keys:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._waiters[key]

@@ -1,0 +1,258 @@
+"""The task queue's worker side: hello, long-poll claim, heartbeat, complete, fail — and
+the reaper that returns a dead worker's work to the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+
+from lakeshore.domain.ids import new_id
+from lakeshore.domain.names import Name
+from lakeshore.domain.queue import parse_spec
+from lakeshore.domain.validation import invalid_input
+from lakeshore.errors import Conflict, Forbidden, InvalidInput, LakeshoreError, NotFound
+from lakeshore.services import namespaces as ns_service
+from lakeshore.services.auth import Principal
+from lakeshore.services.invocations import to_json
+from lakeshore.services.notify import Notifier
+from lakeshore.store import invocations as inv_store
+from lakeshore.store import queues as queue_store
+from lakeshore.store import workers as worker_store
+from lakeshore.store.engine import Store
+
+LEASE_S = 30.0
+HEARTBEAT_S = 10.0
+WORKER_TTL_S = 60.0
+MAX_CLAIM_WAIT_S = 20.0
+IDLE_RECHECK_S = 5.0  # the spec's idle wait, kept only as the fallback re-check
+
+Label = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+
+
+class Gone(LakeshoreError):
+    status = 410
+    code = "gone"
+
+
+class Capabilities(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+    max_invocations: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
+    current_invocations: Annotated[int, Field(strict=True, ge=0)] | None = None
+    cost_weight: Annotated[float, Field(ge=0)] | None = None
+
+
+class Hello(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    id: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")] | None = None
+    namespace: Name | None = None
+    queues: list[Name] = Field(default_factory=list, max_length=256)
+    runners: list[Label] = Field(default_factory=lambda: ["process"], max_length=64)
+    tags: list[Label] = Field(default_factory=list, max_length=256)
+    capabilities: Capabilities = Field(default_factory=Capabilities)
+    launch_id: Annotated[StrictStr, Field(max_length=40)] | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRef:
+    id: str
+    namespace_id: str
+    max_invocations: int
+
+
+def parse_hello(body: Any) -> Hello:
+    if not isinstance(body, dict):
+        raise InvalidInput("hello takes a JSON object")
+    try:
+        return Hello.model_validate(body)
+    except ValidationError as exc:
+        raise invalid_input(exc) from exc
+
+
+async def hello(store: Store, caller: Principal, body: Any, now: datetime) -> dict[str, Any]:
+    """Register or refresh a worker. Its namespace comes from the token (the admin may name
+    one); no queues means the namespace's ``default`` queue."""
+    request = parse_hello(body)
+    if caller.is_admin:
+        ns = await ns_service.resolve(store, caller, request.namespace or "default")
+    elif request.namespace not in (None, caller.namespace):
+        raise Forbidden("a worker's namespace comes from its token")
+    else:
+        ns = await ns_service.resolve(store, caller, caller.namespace or "")
+    worker_id = request.id or new_id("wkr")
+    names = sorted(set(request.queues)) or ["default"]
+    async with store.write() as conn:
+        if await worker_store.is_retired(conn, worker_id):
+            raise Gone(f'worker "{worker_id}" was retired; start a new one', field="id")
+        existing = await worker_store.get(conn, worker_id)
+        if existing is not None and existing["namespace_id"] != ns.id:
+            raise Conflict(f'worker id "{worker_id}" is taken', field="id")
+        queue_ids = []
+        for name in names:
+            queue = await queue_store.get_queue(conn, ns.id, name)
+            if queue is None:
+                queue = await queue_store.insert_queue(
+                    conn,
+                    id=new_id("q"),
+                    namespace_id=ns.id,
+                    spec=parse_spec({"name": name}),
+                    now=now,
+                )
+            queue_ids.append(queue.id)
+        caps = request.capabilities
+        values = {
+            "id": worker_id,
+            "namespace_id": ns.id,
+            "launch_id": request.launch_id,
+            "runners": request.runners,
+            "tags": request.tags,
+            "capabilities": caps.model_dump(exclude_none=True),
+            "max_invocations": caps.max_invocations,
+            "current_invocations": caps.current_invocations,
+            "cost_weight": caps.cost_weight,
+        }
+        await worker_store.upsert(conn, values=values, queue_ids=queue_ids, now=now)
+    return {
+        "id": worker_id,
+        "namespace": ns.name,
+        "queues": names,
+        "max_invocations": caps.max_invocations,
+        "lease_s": LEASE_S,
+        "heartbeat_s": HEARTBEAT_S,
+    }
+
+
+async def _worker(store: Store, caller: Principal, worker_id: str) -> WorkerRef:
+    async with store.read() as conn:
+        row = await worker_store.get(conn, worker_id) if len(worker_id) <= 40 else None
+        retired = (
+            row is None and len(worker_id) <= 40 and await worker_store.is_retired(conn, worker_id)
+        )
+    if retired:
+        raise Gone(f'worker "{worker_id}" was retired', field="id")
+    if row is None or not (caller.is_admin or row["namespace_id"] == caller.namespace_id):
+        raise NotFound(f'worker "{worker_id}" not found; say hello first', field="id")
+    return WorkerRef(
+        id=row["id"], namespace_id=row["namespace_id"], max_invocations=row["max_invocations"]
+    )
+
+
+async def _claim_once(
+    store: Store, worker: WorkerRef, limit: int, now: datetime
+) -> list[dict[str, Any]]:
+    async with store.write() as conn:
+        await worker_store.touch(conn, worker.id, now)
+        free = min(limit, worker.max_invocations - await inv_store.running_count(conn, worker.id))
+        claimed: list[dict[str, Any]] = []
+        for queue in await worker_store.subscribed_queues(conn, worker.id):
+            if free - len(claimed) <= 0:
+                break
+            rows = await inv_store.claim(
+                conn,
+                queue_id=queue["id"],
+                kind=queue["kind"],
+                worker_id=worker.id,
+                limit=free - len(claimed),
+                now=now,
+                lease_s=LEASE_S,
+            )
+            claimed.extend(to_json(row) for row in rows)
+    return claimed
+
+
+async def claim(
+    store: Store,
+    notifier: Notifier,
+    caller: Principal,
+    worker_id: str,
+    *,
+    timeout_s: float | None,
+    max_count: int | None,
+    clock: Callable[[], datetime],
+) -> list[dict[str, Any]]:
+    """Long-poll: return as soon as anything is claimable (up to the worker's free
+    capacity), or an empty list after ``min(timeout_s ?? 20, 20)`` seconds."""
+    worker = await _worker(store, caller, worker_id)
+    wait = max(0.0, min(MAX_CLAIM_WAIT_S if timeout_s is None else timeout_s, MAX_CLAIM_WAIT_S))
+    limit = worker.max_invocations if max_count is None else max(0, max_count)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    async with store.read() as conn:
+        queue_ids = [q["id"] for q in await worker_store.subscribed_queues(conn, worker.id)]
+    with notifier.listen(queue_ids) as woken:
+        while True:
+            woken.clear()
+            claimed = await _claim_once(store, worker, limit, clock())
+            remaining = deadline - loop.time()
+            if claimed or remaining <= 0 or limit == 0:
+                return claimed
+            recheck = IDLE_RECHECK_S + random.uniform(0, 0.5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout=min(recheck, remaining))
+
+
+async def heartbeat(
+    store: Store, caller: Principal, worker_id: str, now: datetime
+) -> dict[str, Any]:
+    """Extend every lease the worker holds; the answer lists what it still holds, so a
+    daemon learns of cancellations and of leases it lost."""
+    worker = await _worker(store, caller, worker_id)
+    async with store.write() as conn:
+        await worker_store.touch(conn, worker.id, now)
+        held = await inv_store.extend_leases(conn, worker.id, now, LEASE_S)
+    return {"held": held, "lease_expires_at": (now + timedelta(seconds=LEASE_S)).isoformat()}
+
+
+async def complete(
+    store: Store, caller: Principal, worker_id: str, invocation_id: str, result: Any, now: datetime
+) -> dict[str, Any]:
+    worker = await _worker(store, caller, worker_id)
+    async with store.write() as conn:
+        if not await inv_store.complete(conn, invocation_id, worker.id, result, now):
+            raise _not_held(invocation_id)
+        row = await inv_store.get(conn, worker.namespace_id, invocation_id)
+    assert row is not None
+    return to_json(row)
+
+
+async def fail(
+    store: Store,
+    caller: Principal,
+    worker_id: str,
+    invocation_id: str,
+    error: dict[str, Any],
+    *,
+    retry: bool,
+    now: datetime,
+) -> dict[str, Any]:
+    worker = await _worker(store, caller, worker_id)
+    async with store.write() as conn:
+        row = await inv_store.fail(conn, invocation_id, worker.id, error, retry=retry, now=now)
+    if row is None:
+        raise _not_held(invocation_id)
+    return to_json(row)
+
+
+def _not_held(invocation_id: str) -> Conflict:
+    return Conflict(
+        f'this worker does not hold invocation "{invocation_id}" (lease lost, cancelled or '
+        "finished); nothing was changed",
+        field="invocation",
+    )
+
+
+async def reap(store: Store, now: datetime) -> dict[str, int]:
+    """One sweep: expired leases back to pending (or failed), silent workers dropped.
+
+    Retried work waits out its backoff, so waiting claims find it on their next re-check.
+    """
+    async with store.write() as conn:
+        counts = await inv_store.reap_expired(conn, now)
+        gone = await worker_store.drop_silent(conn, now - timedelta(seconds=WORKER_TTL_S))
+    return {**counts, "workers_dropped": len(gone)}

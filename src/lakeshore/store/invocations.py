@@ -1,0 +1,224 @@
+"""Invocation rows: batch submit with idempotency keys, batch claims, leases, the reaper.
+
+Claims are one ``SELECT … LIMIT n`` and one ``UPDATE … RETURNING`` per queue, whatever
+``n`` is. On PostgreSQL the select takes ``FOR UPDATE SKIP LOCKED``, so servers sharing a
+database never hand one invocation to two workers; on SQLite the write transaction
+(``BEGIN IMMEDIATE``) already serializes claimers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, RowMapping, and_, func, or_, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.domain.invocations import after_failure, retry_backoff_s
+from lakeshore.store.tables import invocations
+
+C = invocations.c
+
+_ORDER: dict[str, tuple[ColumnElement[Any], ...]] = {
+    "fifo": (C.created_at, C.id),
+    "filo": (C.created_at.desc(), C.id.desc()),
+    "priority": (C.priority.desc(), C.created_at, C.id),
+    "boltzmann": (C.priority.desc(), C.created_at, C.id),
+}
+
+
+def _is_pg(conn: AsyncConnection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+async def insert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> list[RowMapping]:
+    """Insert ``rows``; a row whose (queue, key) exists is not inserted. Returns, for each
+    row in order, the stored row: the new one, or the one that already held its key."""
+    if not rows:
+        return []
+    dialect_insert = postgresql.insert if _is_pg(conn) else sqlite.insert
+    stmt = dialect_insert(invocations).on_conflict_do_nothing(index_elements=["queue_id", "key"])
+    await conn.execute(stmt, list(rows))
+    ids = [row["id"] for row in rows]
+    keyed = {(row["queue_id"], row["key"]) for row in rows if row["key"] is not None}
+    where: ColumnElement[bool] = C.id.in_(ids)
+    if keyed:
+        where = or_(where, tuple_(C.queue_id, C.key).in_(sorted(keyed)))
+    stored = (await conn.execute(select(invocations).where(where))).mappings().all()
+    by_id = {row["id"]: row for row in stored}
+    by_key = {(row["queue_id"], row["key"]): row for row in stored if row["key"] is not None}
+    return [
+        by_key[(row["queue_id"], row["key"])] if row["key"] is not None else by_id[row["id"]]
+        for row in rows
+    ]
+
+
+async def get(conn: AsyncConnection, namespace_id: str, invocation_id: str) -> RowMapping | None:
+    query = select(invocations).where(C.namespace_id == namespace_id, C.id == invocation_id)
+    return (await conn.execute(query)).mappings().first()
+
+
+async def list_for_queue(
+    conn: AsyncConnection,
+    queue_id: str,
+    *,
+    states: Sequence[str] = (),
+    limit: int = 100,
+    before: tuple[datetime, str] | None = None,
+) -> list[RowMapping]:
+    """Newest first; ``before`` (created_at, id) continues after the last row of a page."""
+    query = select(invocations).where(C.queue_id == queue_id)
+    if states:
+        query = query.where(C.state.in_(states))
+    if before is not None:
+        created, last_id = before
+        query = query.where(
+            or_(C.created_at < created, and_(C.created_at == created, C.id < last_id))
+        )
+    query = query.order_by(C.created_at.desc(), C.id.desc()).limit(limit)
+    return list((await conn.execute(query)).mappings())
+
+
+async def cancel(conn: AsyncConnection, invocation_id: str, now: datetime) -> RowMapping | None:
+    """Cancel if not final yet; returns the row as it stands afterwards."""
+    await conn.execute(
+        update(invocations)
+        .where(C.id == invocation_id, C.state.in_(("pending", "running")))
+        .values(state="cancelled", finished_at=now, lease_expires_at=None)
+    )
+    return (await conn.execute(select(invocations).where(C.id == invocation_id))).mappings().first()
+
+
+async def claim(
+    conn: AsyncConnection,
+    *,
+    queue_id: str,
+    kind: str,
+    worker_id: str,
+    limit: int,
+    now: datetime,
+    lease_s: float,
+) -> list[RowMapping]:
+    """Lease up to ``limit`` claimable invocations of one queue to ``worker_id``."""
+    if limit <= 0:
+        return []
+    query = (
+        select(C.id)
+        .where(C.queue_id == queue_id, C.state == "pending", C.available_at <= now)
+        .order_by(*_ORDER.get(kind, _ORDER["fifo"]))
+        .limit(limit)
+    )
+    if _is_pg(conn):
+        query = query.with_for_update(skip_locked=True)
+    ids = list((await conn.execute(query)).scalars())
+    if not ids:
+        return []
+    claimed = await conn.execute(
+        update(invocations)
+        .where(C.id.in_(ids), C.state == "pending")
+        .values(
+            state="running",
+            worker_id=worker_id,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            started_at=now,
+            attempts=C.attempts + 1,
+        )
+        .returning(*invocations.c)
+    )
+    order = {invocation_id: i for i, invocation_id in enumerate(ids)}
+    return sorted(claimed.mappings().all(), key=lambda row: order[row["id"]])
+
+
+def _held(invocation_id: str, worker_id: str) -> ColumnElement[bool]:
+    return and_(C.id == invocation_id, C.state == "running", C.worker_id == worker_id)
+
+
+async def complete(
+    conn: AsyncConnection, invocation_id: str, worker_id: str, result: Any, now: datetime
+) -> bool:
+    """Succeed an invocation the worker still holds; False (nothing changed) otherwise."""
+    done = await conn.execute(
+        update(invocations)
+        .where(_held(invocation_id, worker_id))
+        .values(state="succeeded", result=result, finished_at=now, lease_expires_at=None)
+    )
+    return done.rowcount == 1
+
+
+async def fail(
+    conn: AsyncConnection,
+    invocation_id: str,
+    worker_id: str,
+    error: dict[str, Any],
+    *,
+    retry: bool,
+    now: datetime,
+) -> RowMapping | None:
+    """Record a failed attempt of an invocation the worker holds: back to pending after a
+    backoff, or failed for good. None (nothing changed) if the worker no longer holds it."""
+    query = select(C.attempts, C.max_attempts).where(_held(invocation_id, worker_id))
+    if _is_pg(conn):
+        query = query.with_for_update()
+    row = (await conn.execute(query)).first()
+    if row is None:
+        return None
+    attempts, max_attempts = row
+    state = after_failure(attempts, max_attempts, retry=retry)
+    values: dict[str, Any] = {"state": state, "error": error, "lease_expires_at": None}
+    if state == "pending":
+        values.update(
+            worker_id=None, available_at=now + timedelta(seconds=retry_backoff_s(attempts))
+        )
+    else:
+        values["finished_at"] = now
+    await conn.execute(update(invocations).where(_held(invocation_id, worker_id)).values(values))
+    return (await conn.execute(select(invocations).where(C.id == invocation_id))).mappings().one()
+
+
+async def extend_leases(
+    conn: AsyncConnection, worker_id: str, now: datetime, lease_s: float
+) -> list[str]:
+    """Extend every lease the worker holds; returns the ids it still holds."""
+    held = await conn.execute(
+        update(invocations)
+        .where(C.worker_id == worker_id, C.state == "running")
+        .values(lease_expires_at=now + timedelta(seconds=lease_s))
+        .returning(C.id)
+    )
+    return sorted(held.scalars())
+
+
+async def reap_expired(
+    conn: AsyncConnection, now: datetime, *, limit: int = 1000
+) -> dict[str, int]:
+    """Return expired leases to pending (after a backoff) or fail them when attempts are spent."""
+    query = (
+        select(C.id, C.attempts, C.max_attempts)
+        .where(C.state == "running", C.lease_expires_at < now)
+        .limit(limit)
+    )
+    if _is_pg(conn):
+        query = query.with_for_update(skip_locked=True)
+    rows = (await conn.execute(query)).all()
+    counts = {"retried": 0, "failed": 0}
+    error = {"type": "LeaseExpired", "message": "the worker stopped renewing its lease"}
+    for invocation_id, attempts, max_attempts in rows:
+        state = after_failure(attempts, max_attempts, retry=True)
+        values: dict[str, Any] = {"state": state, "lease_expires_at": None, "error": error}
+        if state == "pending":
+            delay = timedelta(seconds=retry_backoff_s(attempts))
+            values.update(worker_id=None, available_at=now + delay)
+            counts["retried"] += 1
+        else:
+            values["finished_at"] = now
+            counts["failed"] += 1
+        stmt = update(invocations).where(C.id == invocation_id, C.state == "running")
+        await conn.execute(stmt.values(values))
+    return counts
+
+
+async def running_count(conn: AsyncConnection, worker_id: str) -> int:
+    query = select(func.count()).where(C.worker_id == worker_id, C.state == "running")
+    return int((await conn.execute(query)).scalar_one())

@@ -1,0 +1,167 @@
+"""Submitting, reading, listing and cancelling invocations, on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import FakeClock
+
+NS = "/v1/namespaces/default"
+
+
+def inv(queue: str) -> str:
+    return f"{NS}/queues/{queue}/invocations"
+
+
+async def submit(api: httpx.AsyncClient, queue: str = "work", **body: Any) -> dict[str, Any]:
+    response = await api.post(inv(queue), json={"fn": "tests.udfs:echo", **body})
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+async def test_submitting_to_a_missing_queue_creates_it_as_fifo(api: httpx.AsyncClient) -> None:
+    created = await submit(api, "fresh", args=[1, 2], kwargs={"x": "y"})
+    assert created["state"] == "pending"
+    assert (created["queue"], created["args"], created["kwargs"]) == ("fresh", [1, 2], {"x": "y"})
+    assert (created["attempts"], created["max_attempts"]) == (0, 3)
+    queue = (await api.get(f"{NS}/queues/fresh")).json()
+    assert (queue["kind"], queue["state"]) == ("fifo", "active")
+    assert (await api.get(f"{NS}/invocations/{created['id']}")).json() == created
+
+
+async def test_a_repeated_key_returns_the_first_invocation(api: httpx.AsyncClient) -> None:
+    first = await submit(api, key="k-1")
+    again = await api.post(inv("work"), json={"fn": "tests.udfs:other", "key": "k-1"})
+    assert again.status_code == 200
+    assert again.json()["id"] == first["id"]
+    assert again.json()["fn"] == "tests.udfs:echo"
+
+
+async def test_racing_submits_with_one_key_make_one_invocation(api: httpx.AsyncClient) -> None:
+    await submit(api, "race")  # the queue exists; the race is on the key
+    responses = await asyncio.gather(
+        *(api.post(inv("race"), json={"fn": "m:f", "key": "same"}) for _ in range(20))
+    )
+    assert sorted(r.status_code for r in responses).count(201) == 1
+    assert len({r.json()["id"] for r in responses}) == 1
+    listed = (await api.get(inv("race"), params={"limit": 100})).json()["invocations"]
+    assert len([i for i in listed if i["key"] == "same"]) == 1
+
+
+async def test_the_same_key_in_two_queues_is_two_invocations(api: httpx.AsyncClient) -> None:
+    a = await submit(api, "a", key="k")
+    b = await submit(api, "b", key="k")
+    assert a["id"] != b["id"]
+
+
+async def test_a_batch_keeps_its_order_and_reports_what_was_new(api: httpx.AsyncClient) -> None:
+    old = await submit(api, key="seen")
+    items = [{"fn": "m:f", "args": [i]} for i in range(5)] + [{"fn": "m:f", "key": "seen"}]
+    response = await api.post(f"{inv('work')}/batch", json={"invocations": items})
+    assert response.status_code == 201
+    body = response.json()
+    assert [i["args"] for i in body["invocations"][:5]] == [[0], [1], [2], [3], [4]]
+    assert body["created"] == [True] * 5 + [False]
+    assert body["invocations"][5]["id"] == old["id"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"fn": "no colon"}, "fn"),
+        ({}, "fn"),
+        ({"fn": "m:f", "args": {"a": 1}}, "args"),
+        ({"fn": "m:f", "kwargs": [1]}, "kwargs"),
+        ({"fn": "m:f", "max_attempts": 0}, "max_attempts"),
+        ({"fn": "m:f", "timeout_s": -1}, "timeout_s"),
+        ({"fn": "m:f", "extra": 1}, "extra"),
+    ],
+)
+async def test_bad_submits_are_422_naming_the_field(
+    api: httpx.AsyncClient, body: dict[str, Any], field: str
+) -> None:
+    response = await api.post(inv("work"), json=body)
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == field
+
+
+async def test_nan_in_arguments_is_422(api: httpx.AsyncClient) -> None:
+    raw = b'{"fn": "m:f", "args": [NaN]}'
+    response = await api.post(
+        inv("work"), content=raw, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "args[0]"
+
+
+async def test_a_bad_batch_stores_nothing(api: httpx.AsyncClient) -> None:
+    items = [{"fn": "m:f"}, {"fn": "bad"}]
+    response = await api.post(f"{inv('work')}/batch", json={"invocations": items})
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "invocations[1].fn"
+    assert (await api.get(f"{NS}/queues/work")).status_code == 404
+
+
+async def test_a_draining_queue_refuses_submits_and_a_paused_one_accepts(
+    api: httpx.AsyncClient,
+) -> None:
+    await submit(api, "d")
+    await submit(api, "p")
+    await api.post(f"{NS}/queues/d/drain")
+    await api.post(f"{NS}/queues/p/pause")
+    assert (await api.post(inv("d"), json={"fn": "m:f"})).status_code == 409
+    assert (await api.post(inv("p"), json={"fn": "m:f"})).status_code == 201
+
+
+async def test_list_filters_by_state_and_pages_newest_first(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    ids = []
+    for i in range(5):
+        ids.append((await submit(api, args=[i]))["id"])
+        clock.advance(1)
+    cancelled = ids[0]
+    await api.post(f"{NS}/invocations/{cancelled}/cancel")
+    page1 = (await api.get(inv("work"), params={"limit": 2, "state": "pending"})).json()
+    assert [i["id"] for i in page1["invocations"]] == [ids[4], ids[3]]
+    page2 = (
+        await api.get(
+            inv("work"), params={"limit": 2, "state": "pending", "cursor": page1["next_cursor"]}
+        )
+    ).json()
+    assert [i["id"] for i in page2["invocations"]] == [ids[2], ids[1]]
+    only_cancelled = (await api.get(inv("work"), params={"state": "cancelled"})).json()
+    assert [i["id"] for i in only_cancelled["invocations"]] == [cancelled]
+    bad = await api.get(inv("work"), params={"cursor": "nonsense"})
+    assert bad.status_code == 422
+
+
+async def test_cancel_is_final_and_idempotent(api: httpx.AsyncClient) -> None:
+    created = await submit(api)
+    url = f"{NS}/invocations/{created['id']}/cancel"
+    first, again = await api.post(url), await api.post(url)
+    assert first.json()["state"] == again.json()["state"] == "cancelled"
+    assert (await api.post(f"{NS}/invocations/inv_nope/cancel")).status_code == 404
+
+
+async def test_another_namespaces_invocation_is_404(api: httpx.AsyncClient) -> None:
+    created = await submit(api)
+    await api.post("/v1/namespaces", json={"name": "team-b"})
+    token = (await api.post("/v1/namespaces/team-b/tokens", json={})).json()["token"]
+    other = {"Authorization": f"Bearer {token}"}
+    assert (await api.get(f"{NS}/invocations/{created['id']}", headers=other)).status_code == 404
+    foreign = f"/v1/namespaces/team-b/invocations/{created['id']}"
+    assert (await api.get(foreign, headers=other)).status_code == 404
+    assert (await api.post(f"{foreign}/cancel", headers=other)).status_code == 404
+    assert (await api.get(f"{NS}/invocations/{created['id']}")).json()["state"] == "pending"
+
+
+async def test_stats_count_submitted_work(api: httpx.AsyncClient) -> None:
+    for _ in range(3):
+        await submit(api)
+    stats = (await api.get(f"{NS}/queues/work/stats")).json()
+    assert (stats["pending"], stats["running"]) == (3, 0)
