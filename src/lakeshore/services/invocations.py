@@ -67,7 +67,9 @@ async def _queue_for_submit(
     return queue
 
 
-def _row(ns: Namespace, queue: Queue, submit: Submit, created_at: datetime) -> dict[str, Any]:
+def _row(
+    ns: Namespace, queue: Queue, submit: Submit, now: datetime, position: int
+) -> dict[str, Any]:
     field = queue.spec.kind_params.priority_field if queue.spec.kind_params else None
     return {
         "id": new_id("inv"),
@@ -83,8 +85,9 @@ def _row(ns: Namespace, queue: Queue, submit: Submit, created_at: datetime) -> d
         "attempts": 0,
         "max_attempts": submit.max_attempts,
         "timeout_s": submit.timeout_s,
-        "available_at": created_at,
-        "created_at": created_at,
+        "available_at": now,
+        # a microsecond apart, so a batch keeps its order in fifo and filo queues
+        "created_at": now + timedelta(microseconds=position),
     }
 
 
@@ -108,11 +111,7 @@ async def submit_many(
         try:
             async with store.write() as conn:
                 queue = await _queue_for_submit(conn, ns, queue_name, now)
-                # a microsecond apart, so a batch keeps its order in fifo and filo queues
-                rows = [
-                    _row(ns, queue, s, now + timedelta(microseconds=i))
-                    for i, s in enumerate(submits)
-                ]
+                rows = [_row(ns, queue, s, now, i) for i, s in enumerate(submits)]
                 stored = await inv_store.insert_many(conn, rows)
             break
         except IntegrityError:

@@ -1,0 +1,311 @@
+"""Workers: hello, claims in each discipline, leases, completion, failure, the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import insert
+
+from lakeshore.services import workers as worker_service
+from lakeshore.store.engine import Store
+from lakeshore.store.tables import retired_workers
+from tests.conftest import FakeClock
+
+NS = "/v1/namespaces/default"
+W = "/v1/workers"
+
+
+async def hello(api: httpx.AsyncClient, queues: list[str], capacity: int = 4, **extra: Any) -> str:
+    body = {"queues": queues, "capabilities": {"max_invocations": capacity}, **extra}
+    response = await api.post(f"{W}/hello", json=body)
+    assert response.status_code == 200, response.text
+    return str(response.json()["id"])
+
+
+async def submit(api: httpx.AsyncClient, queue: str, **body: Any) -> dict[str, Any]:
+    response = await api.post(f"{NS}/queues/{queue}/invocations", json={"fn": "m:f", **body})
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+async def claim(api: httpx.AsyncClient, worker: str, **body: Any) -> list[dict[str, Any]]:
+    response = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0, **body})
+    assert response.status_code == 200, response.text
+    return list(response.json()["invocations"])
+
+
+async def test_hello_registers_and_empty_queues_mean_default(api: httpx.AsyncClient) -> None:
+    response = await api.post(f"{W}/hello", json={"capabilities": {"max_invocations": 2}})
+    body = response.json()
+    assert body["queues"] == ["default"]
+    assert body["lease_s"] == worker_service.LEASE_S
+    stats = (await api.get(f"{NS}/queues/default/stats")).json()
+    assert (stats["daemonCount"], stats["capacity"]) == (1, 2)
+
+
+async def test_hello_again_refreshes_instead_of_duplicating(api: httpx.AsyncClient) -> None:
+    worker = await hello(api, ["a"], id="w-1")
+    assert await hello(api, ["a", "b"], id="w-1", capacity=8) == worker
+    a = (await api.get(f"{NS}/queues/a/stats")).json()
+    b = (await api.get(f"{NS}/queues/b/stats")).json()
+    assert (a["daemonCount"], a["capacity"], b["daemonCount"]) == (1, 8, 1)
+
+
+async def test_a_retired_worker_is_refused_at_hello(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    ns_id = (await api.get(f"{NS}/queues")).status_code and (
+        (await api.get("/v1/namespaces")).json()["namespaces"][0]["id"]
+    )
+    async with store.write() as conn:
+        await conn.execute(
+            insert(retired_workers).values(id="w-old", namespace_id=ns_id, retired_at=clock.now)
+        )
+    response = await api.post(f"{W}/hello", json={"id": "w-old"})
+    assert response.status_code == 410
+    assert (await api.post(f"{W}/w-old/claim", json={"timeout_s": 0})).status_code == 410
+
+
+async def test_an_unknown_worker_cannot_claim(api: httpx.AsyncClient) -> None:
+    response = await api.post(f"{W}/w-nobody/claim", json={"timeout_s": 0})
+    assert response.status_code == 404
+    assert "hello" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("fifo", [0, 1, 2, 3]), ("filo", [3, 2, 1, 0]), ("priority", [2, 0, 3, 1])],
+)
+async def test_claims_follow_the_queue_discipline(
+    api: httpx.AsyncClient, clock: FakeClock, kind: str, expected: list[int]
+) -> None:
+    await api.post(f"{NS}/queues", json={"name": "q", "kind": kind})
+    for i, priority in enumerate([5, 1, 9, 5]):  # fifo among equals: 0 before 3
+        await submit(api, "q", args=[i], kwargs={"priority": priority})
+        clock.advance(1)
+    worker = await hello(api, ["q"], capacity=1)
+    order = []
+    for _ in range(4):
+        [got] = await claim(api, worker)
+        order.append(got["args"][0])
+        done = await api.post(
+            f"{W}/{worker}/invocations/{got['id']}/complete", json={"result": None}
+        )
+        assert done.status_code == 200
+    assert order == expected
+
+
+async def test_priority_field_comes_from_kind_params(api: httpx.AsyncClient) -> None:
+    await api.post(
+        f"{NS}/queues",
+        json={"name": "q", "kind": "priority", "kindParams": {"priority_field": "urgency"}},
+    )
+    await submit(api, "q", args=["low"], kwargs={"urgency": 1, "priority": 100})
+    await submit(api, "q", args=["high"], kwargs={"urgency": 7})
+    worker = await hello(api, ["q"], capacity=1)
+    assert [i["args"] for i in await claim(api, worker)] == [["high"]]
+
+
+async def test_a_claim_takes_up_to_free_capacity_in_one_batch(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    for i in range(10):
+        await submit(api, "q", args=[i])
+        clock.advance(0.001)
+    worker = await hello(api, ["q"], capacity=4)
+    first = await claim(api, worker)
+    assert [i["args"][0] for i in first] == [0, 1, 2, 3]
+    assert all(
+        i["state"] == "running" and i["worker"] == worker and i["attempts"] == 1 for i in first
+    )
+    assert await claim(api, worker) == []  # full
+    await api.post(f"{W}/{worker}/invocations/{first[0]['id']}/complete", json={"result": 1})
+    assert [i["args"][0] for i in await claim(api, worker)] == [4]
+    assert [i["args"][0] for i in await claim(api, worker, max=0)] == []
+
+
+async def test_a_paused_queue_dispatches_nothing_and_a_draining_one_does(
+    api: httpx.AsyncClient,
+) -> None:
+    await submit(api, "p")
+    await submit(api, "d")
+    await api.post(f"{NS}/queues/p/pause")
+    await api.post(f"{NS}/queues/d/drain")
+    worker = await hello(api, ["p", "d"])
+    assert [i["queue"] for i in await claim(api, worker)] == ["d"]
+
+
+async def test_a_waiting_claim_wakes_when_work_arrives(api: httpx.AsyncClient) -> None:
+    worker = await hello(api, ["q"])
+    await submit(api, "q")  # makes the queue exist
+    [first] = await claim(api, worker)
+    waiting = asyncio.create_task(api.post(f"{W}/{worker}/claim", json={"timeout_s": 15}))
+    await asyncio.sleep(0.05)  # let the claim start waiting (a real concurrent client)
+    assert not waiting.done()
+    later = await submit(api, "q")
+    response = await asyncio.wait_for(waiting, timeout=10)
+    assert [i["id"] for i in response.json()["invocations"]] == [later["id"]]
+    assert first["id"] != later["id"]
+
+
+async def test_only_the_holder_completes_and_only_once(api: httpx.AsyncClient) -> None:
+    await submit(api, "q")
+    holder = await hello(api, ["q"])
+    other = await hello(api, ["q"])
+    [got] = await claim(api, holder)
+    url = f"/invocations/{got['id']}/complete"
+    refused = await api.post(f"{W}/{other}{url}", json={"result": "stolen"})
+    assert refused.status_code == 409
+    done = await api.post(f"{W}/{holder}{url}", json={"result": {"answer": 42}})
+    assert (done.json()["state"], done.json()["result"]) == ("succeeded", {"answer": 42})
+    again = await api.post(f"{W}/{holder}{url}", json={"result": "twice"})
+    assert again.status_code == 409
+    stored = (await api.get(f"{NS}/invocations/{got['id']}")).json()
+    assert stored["result"] == {"answer": 42}
+
+
+async def test_a_retried_failure_waits_its_backoff_then_runs_again(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    created = await submit(api, "q", max_attempts=2)
+    worker = await hello(api, ["q"])
+    [got] = await claim(api, worker)
+    error = {"type": "ValueError", "message": "bad input", "traceback": "Traceback ..."}
+    failed = await api.post(f"{W}/{worker}/invocations/{got['id']}/fail", json={"error": error})
+    assert (failed.json()["state"], failed.json()["attempts"]) == ("pending", 1)
+    assert failed.json()["error"]["type"] == "ValueError"
+    assert await claim(api, worker) == []  # backing off
+    clock.advance(worker_service.LEASE_S)
+    [again] = await claim(api, worker)
+    assert (again["id"], again["attempts"]) == (created["id"], 2)
+    final = await api.post(f"{W}/{worker}/invocations/{again['id']}/fail", json={"error": error})
+    assert (final.json()["state"], final.json()["attempts"]) == ("failed", 2)
+
+
+async def test_a_failure_without_retry_is_final(api: httpx.AsyncClient) -> None:
+    await submit(api, "q", max_attempts=5)
+    worker = await hello(api, ["q"])
+    [got] = await claim(api, worker)
+    body = {"error": {"type": "Fatal", "message": "no"}, "retry": False}
+    failed = await api.post(f"{W}/{worker}/invocations/{got['id']}/fail", json=body)
+    assert failed.json()["state"] == "failed"
+
+
+async def test_an_expired_lease_returns_to_pending_then_fails_when_spent(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    created = await submit(api, "q", max_attempts=2)
+    dead = await hello(api, ["q"])
+    [got] = await claim(api, dead)
+    clock.advance(worker_service.LEASE_S + 1)
+    assert (await worker_service.reap(store, clock()))["retried"] == 1
+    clock.advance(60)
+    alive = await hello(api, ["q"])
+    [again] = await claim(api, alive)
+    assert (again["id"], again["attempts"]) == (created["id"], 2)
+    late = await api.post(f"{W}/{dead}/invocations/{got['id']}/complete", json={"result": "late"})
+    assert late.status_code in (404, 409)  # dropped as silent, or no longer the holder
+    clock.advance(worker_service.LEASE_S + 1)
+    assert (await worker_service.reap(store, clock()))["failed"] == 1
+    final = (await api.get(f"{NS}/invocations/{created['id']}")).json()
+    assert (final["state"], final["error"]["type"]) == ("failed", "LeaseExpired")
+
+
+async def test_heartbeats_keep_a_lease(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    await submit(api, "q")
+    worker = await hello(api, ["q"])
+    [got] = await claim(api, worker)
+    for _ in range(5):
+        clock.advance(worker_service.LEASE_S - 5)
+        beat = await api.post(f"{W}/{worker}/heartbeat")
+        assert beat.json()["held"] == [got["id"]]
+        assert (await worker_service.reap(store, clock()))["retried"] == 0
+    done = await api.post(f"{W}/{worker}/invocations/{got['id']}/complete", json={"result": 1})
+    assert done.status_code == 200
+
+
+async def test_a_cancelled_invocation_leaves_the_holder(api: httpx.AsyncClient) -> None:
+    await submit(api, "q")
+    worker = await hello(api, ["q"])
+    [got] = await claim(api, worker)
+    await api.post(f"{NS}/invocations/{got['id']}/cancel")
+    assert (await api.post(f"{W}/{worker}/heartbeat")).json()["held"] == []
+    late = await api.post(f"{W}/{worker}/invocations/{got['id']}/complete", json={"result": 1})
+    assert late.status_code == 409
+
+
+async def test_silent_workers_are_dropped(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    worker = await hello(api, ["q"])
+    clock.advance(worker_service.WORKER_TTL_S + 1)
+    assert (await worker_service.reap(store, clock()))["workers_dropped"] == 1
+    assert (await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})).status_code == 404
+
+
+async def test_a_batch_is_claimed_in_submit_order(api: httpx.AsyncClient) -> None:
+    batch = [{"fn": "m:f", "args": [i]} for i in range(8)]
+    await api.post(f"{NS}/queues/q/invocations/batch", json={"invocations": batch})
+    worker = await hello(api, ["q"], capacity=8)
+    assert [i["args"][0] for i in await claim(api, worker)] == list(range(8))
+
+
+async def test_racing_claimers_never_share_an_invocation(api: httpx.AsyncClient) -> None:
+    batch = [{"fn": "m:f", "args": [i]} for i in range(60)]
+    await api.post(f"{NS}/queues/q/invocations/batch", json={"invocations": batch})
+    workers = [await hello(api, ["q"], capacity=10) for _ in range(6)]
+    results = await asyncio.gather(*(claim(api, w) for w in workers))
+    ids = [i["id"] for claimed in results for i in claimed]
+    assert len(ids) == len(set(ids)) == 60
+    assert sorted(i["args"][0] for claimed in results for i in claimed) == list(range(60))
+    for worker, claimed in zip(workers, results, strict=True):
+        assert all(i["worker"] == worker for i in claimed)
+
+
+async def test_a_worker_of_another_namespace_is_404(api: httpx.AsyncClient) -> None:
+    worker = await hello(api, ["q"])
+    await api.post("/v1/namespaces", json={"name": "team-b"})
+    token = (await api.post("/v1/namespaces/team-b/tokens", json={})).json()["token"]
+    other = {"Authorization": f"Bearer {token}"}
+    response = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0}, headers=other)
+    assert response.status_code == 404
+
+
+async def test_a_namespace_token_hellos_into_its_own_namespace(api: httpx.AsyncClient) -> None:
+    await api.post("/v1/namespaces", json={"name": "team-b"})
+    token = (await api.post("/v1/namespaces/team-b/tokens", json={})).json()["token"]
+    other = {"Authorization": f"Bearer {token}"}
+    body = (await api.post(f"{W}/hello", json={"queues": ["gpu"]}, headers=other)).json()
+    assert body["namespace"] == "team-b"
+    refused = await api.post(f"{W}/hello", json={"namespace": "default"}, headers=other)
+    assert refused.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"capabilities": {"max_invocations": 0}},
+        {"queues": ["Bad Name"]},
+        {"id": "a/b"},
+        {"unknown": 1},
+        ["not", "an", "object"],
+    ],
+)
+async def test_bad_hellos_are_422(api: httpx.AsyncClient, body: Any) -> None:
+    assert (await api.post(f"{W}/hello", json=body)).status_code == 422
+
+
+async def test_unstorable_results_are_refused_and_change_nothing(api: httpx.AsyncClient) -> None:
+    await submit(api, "q")
+    worker = await hello(api, ["q"])
+    [got] = await claim(api, worker)
+    raw = b'{"result": [NaN]}'
+    url = f"{W}/{worker}/invocations/{got['id']}/complete"
+    response = await api.post(url, content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert (await api.get(f"{NS}/invocations/{got['id']}")).json()["state"] == "running"
