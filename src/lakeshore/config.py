@@ -7,6 +7,7 @@
 | ``LAKESHORE_ADMIN_TOKEN``  | generated once, written 0600 to ``<data dir>/admin-token`` |
 | ``LAKESHORE_MAX_BODY_BYTES`` | ``1048576`` (larger request bodies get 413) |
 | ``LAKESHORE_NODE_ID``      | none (queues pinned to a node id are ticked only there) |
+| ``LAKESHORE_LEASE_S``      | ``30`` (a claim's lease; heartbeats renew it every third of it) |
 | ``LAKESHORE_REAPER_INTERVAL_S`` | ``1`` (how often expired leases are returned; 0 = never) |
 | ``ELASTICITY_ENABLED``     | ``true``                                  |
 | ``ELASTICITY_INTERVAL_S``  | ``5``                                     |
@@ -50,6 +51,12 @@ class Settings(BaseSettings):
     )
     node_id: str | None = Field(
         default=None, validation_alias=AliasChoices("LAKESHORE_NODE_ID", "node_id")
+    )
+    lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        validation_alias=AliasChoices("LAKESHORE_LEASE_S", "lease_s"),
     )
     reaper_interval_s: float = Field(
         default=1.0,

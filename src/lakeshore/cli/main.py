@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from lakeshore import __version__
-from lakeshore.cli import admin, output, queues
+from lakeshore.cli import admin, daemon, output, queues
 from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
 from lakeshore.cli.server import server
@@ -60,6 +60,7 @@ app.command("server")(server)
 app.add_typer(queues.app, name="queues")
 app.add_typer(admin.namespaces, name="namespaces")
 app.add_typer(admin.tokens, name="tokens")
+app.add_typer(daemon.app, name="daemon")
 
 
 def main() -> None:

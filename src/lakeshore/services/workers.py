@@ -75,7 +75,9 @@ def parse_hello(body: Any) -> Hello:
         raise invalid_input(exc) from exc
 
 
-async def hello(store: Store, caller: Principal, body: Any, now: datetime) -> dict[str, Any]:
+async def hello(
+    store: Store, caller: Principal, body: Any, now: datetime, *, lease_s: float = LEASE_S
+) -> dict[str, Any]:
     """Register or refresh a worker. Its namespace comes from the token (the admin may name
     one); no queues means the namespace's ``default`` queue."""
     request = parse_hello(body)
@@ -123,8 +125,8 @@ async def hello(store: Store, caller: Principal, body: Any, now: datetime) -> di
         "namespace": ns.name,
         "queues": names,
         "max_invocations": caps.max_invocations,
-        "lease_s": LEASE_S,
-        "heartbeat_s": HEARTBEAT_S,
+        "lease_s": lease_s,
+        "heartbeat_s": min(HEARTBEAT_S, lease_s / 3),
     }
 
 
@@ -144,7 +146,7 @@ async def _worker(store: Store, caller: Principal, worker_id: str) -> WorkerRef:
 
 
 async def _claim_once(
-    store: Store, worker: WorkerRef, limit: int, now: datetime
+    store: Store, worker: WorkerRef, limit: int, now: datetime, lease_s: float
 ) -> list[dict[str, Any]]:
     async with store.write() as conn:
         await worker_store.touch(conn, worker.id, now)
@@ -160,7 +162,7 @@ async def _claim_once(
                 worker_id=worker.id,
                 limit=free - len(claimed),
                 now=now,
-                lease_s=LEASE_S,
+                lease_s=lease_s,
             )
             claimed.extend(to_json(row) for row in rows)
     return claimed
@@ -175,6 +177,7 @@ async def claim(
     timeout_s: float | None,
     max_count: int | None,
     clock: Callable[[], datetime],
+    lease_s: float = LEASE_S,
 ) -> list[dict[str, Any]]:
     """Long-poll: return as soon as anything is claimable (up to the worker's free
     capacity), or an empty list after ``min(timeout_s ?? 20, 20)`` seconds."""
@@ -188,7 +191,7 @@ async def claim(
     with notifier.listen(queue_ids) as woken:
         while True:
             woken.clear()
-            claimed = await _claim_once(store, worker, limit, clock())
+            claimed = await _claim_once(store, worker, limit, clock(), lease_s)
             remaining = deadline - loop.time()
             if claimed or remaining <= 0 or limit == 0:
                 return claimed
@@ -198,15 +201,15 @@ async def claim(
 
 
 async def heartbeat(
-    store: Store, caller: Principal, worker_id: str, now: datetime
+    store: Store, caller: Principal, worker_id: str, now: datetime, *, lease_s: float = LEASE_S
 ) -> dict[str, Any]:
     """Extend every lease the worker holds; the answer lists what it still holds, so a
     daemon learns of cancellations and of leases it lost."""
     worker = await _worker(store, caller, worker_id)
     async with store.write() as conn:
         await worker_store.touch(conn, worker.id, now)
-        held = await inv_store.extend_leases(conn, worker.id, now, LEASE_S)
-    return {"held": held, "lease_expires_at": (now + timedelta(seconds=LEASE_S)).isoformat()}
+        held = await inv_store.extend_leases(conn, worker.id, now, lease_s)
+    return {"held": held, "lease_expires_at": (now + timedelta(seconds=lease_s)).isoformat()}
 
 
 async def complete(

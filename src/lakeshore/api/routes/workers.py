@@ -44,7 +44,9 @@ def _storable(value: Any, field: str) -> Any:
 
 @router.post("/hello", summary="Register or refresh a worker")
 async def hello(state: State, caller: Caller, body: Annotated[Any, Body()]) -> dict[str, Any]:
-    return await worker_service.hello(state.store, caller, body, state.clock())
+    return await worker_service.hello(
+        state.store, caller, body, state.clock(), lease_s=state.settings.lease_s
+    )
 
 
 @router.post("/{worker_id}/claim", summary="Long-poll for invocations (at most 20 s)")
@@ -60,13 +62,16 @@ async def claim(
         timeout_s=request.timeout_s,
         max_count=request.max,
         clock=state.clock,
+        lease_s=state.settings.lease_s,
     )
     return {"invocations": claimed}
 
 
 @router.post("/{worker_id}/heartbeat", summary="Extend the leases the worker holds")
 async def heartbeat(worker_id: str, state: State, caller: Caller) -> dict[str, Any]:
-    return await worker_service.heartbeat(state.store, caller, worker_id, state.clock())
+    return await worker_service.heartbeat(
+        state.store, caller, worker_id, state.clock(), lease_s=state.settings.lease_s
+    )
 
 
 @router.post("/{worker_id}/invocations/{invocation_id}/complete", summary="Succeed an invocation")

@@ -1,0 +1,1 @@
+"""The worker daemon: says hello, claims over HTTP, runs invocations, reports back."""

@@ -1,0 +1,214 @@
+"""The daemon's loop: hello, claim, run each invocation in its own child, heartbeat, report.
+
+One asyncio task claims (long-poll, up to the free capacity), one heartbeats, and one
+task per invocation waits for its child process in a thread. On SIGTERM (or SIGINT) the
+daemon stops claiming, lets what it holds finish, and exits; ``burst`` exits once its
+queues are empty. A report that fails is retried until it is delivered or the lease is
+known to be lost, so a finished invocation is reported once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from lakeshore.daemon import runner
+
+log = logging.getLogger("lakeshore.daemon")
+
+
+@dataclass
+class DaemonConfig:
+    server: str
+    token: str
+    queues: Sequence[str]
+    namespace: str | None = None
+    capacity: int = 1
+    tags: Sequence[str] = ()
+    runners: Sequence[str] = ("process",)
+    worker_id: str | None = None
+    launch_id: str | None = None
+    burst: bool = False
+    claim_timeout_s: float = 20.0
+    grace_s: float = 30.0
+
+
+@dataclass
+class Daemon:
+    config: DaemonConfig
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    completed: int = 0
+    failed: int = 0
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop.set)
+        headers = {"Authorization": f"Bearer {self.config.token}"}
+        timeout = httpx.Timeout(10.0, read=self.config.claim_timeout_s + 10.0)
+        async with httpx.AsyncClient(
+            base_url=self.config.server, headers=headers, timeout=timeout
+        ) as http:
+            self.http = http
+            info = await self._hello()
+            self.worker_id = info["id"]
+            log.info("worker %s serving %s", self.worker_id, ", ".join(info["queues"]))
+            beat = asyncio.create_task(self._heartbeat(info["heartbeat_s"]), name="heartbeat")
+            try:
+                await self._claim_loop()
+                await self._drain()
+            finally:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+        return 0
+
+    async def _hello(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "queues": list(self.config.queues),
+            "runners": list(self.config.runners),
+            "tags": list(self.config.tags),
+            "capabilities": {"max_invocations": self.config.capacity},
+        }
+        for key, value in (
+            ("id", self.config.worker_id),
+            ("namespace", self.config.namespace),
+            ("launch_id", self.config.launch_id),
+        ):
+            if value:
+                body[key] = value
+        response = await self.http.post("/v1/workers/hello", json=body)
+        _raise_for(response)
+        return dict(response.json())
+
+    async def _claim_loop(self) -> None:
+        while not self.stop.is_set():
+            free = self.config.capacity - len(self.running)
+            if free <= 0:
+                await self._wait_for_room()
+                continue
+            wait = 0.0 if self.config.burst else self.config.claim_timeout_s
+            try:
+                response = await self._post_or_stop(
+                    f"/v1/workers/{self.worker_id}/claim", {"timeout_s": wait, "max": free}
+                )
+            except httpx.TransportError as exc:
+                log.warning("claim failed (%s); retrying", exc)
+                await self._sleep(1.0)
+                continue
+            if response is None:
+                return  # stopping
+            _raise_for(response)
+            claimed = response.json()["invocations"]
+            for invocation in claimed:
+                task = asyncio.create_task(self._execute(invocation), name=invocation["id"])
+                self.running[invocation["id"]] = task
+                task.add_done_callback(self._forget)
+            if self.config.burst and not claimed and not self.running:
+                return
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self.running.pop(task.get_name(), None)
+
+    async def _post_or_stop(self, path: str, body: dict[str, Any]) -> httpx.Response | None:
+        """A request that gives way to a stop signal (the claim long-poll)."""
+        request = asyncio.create_task(self.http.post(path, json=body))
+        stopping = asyncio.create_task(self.stop.wait())
+        done, _ = await asyncio.wait({request, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if request in done:
+            stopping.cancel()
+            return request.result()
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+            await request
+        return None
+
+    async def _wait_for_room(self) -> None:
+        tasks = set(self.running.values())
+        stopping = asyncio.create_task(self.stop.wait())
+        await asyncio.wait({*tasks, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+
+    async def _drain(self) -> None:
+        if not self.running:
+            return
+        log.info("finishing %d running invocation(s)", len(self.running))
+        _, pending = await asyncio.wait(set(self.running.values()), timeout=self.config.grace_s)
+        for task in pending:  # past the grace period: the leases will expire and be retried
+            task.cancel()
+
+    async def _heartbeat(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                response = await self.http.post(f"/v1/workers/{self.worker_id}/heartbeat")
+                if response.is_success:
+                    held = set(response.json()["held"])
+                    for invocation_id, task in list(self.running.items()):
+                        if invocation_id not in held:
+                            task.cancel()  # cancelled, or the lease was lost
+            except httpx.HTTPError as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    async def _execute(self, invocation: dict[str, Any]) -> None:
+        outcome = await asyncio.to_thread(
+            runner.run,
+            invocation["fn"],
+            invocation["args"],
+            invocation["kwargs"],
+            invocation["timeout_s"],
+        )
+        base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
+        if outcome.ok:
+            await self._report(f"{base}/complete", {"result": outcome.result})
+            self.completed += 1
+        else:
+            await self._report(f"{base}/fail", {"error": outcome.error, "retry": outcome.retry})
+            self.failed += 1
+
+    async def _report(self, path: str, body: dict[str, Any]) -> None:
+        """Deliver a result; transport errors are retried, a refusal (409) is final."""
+        for attempt in range(30):
+            try:
+                response = await self.http.post(path, json=body)
+            except httpx.TransportError as exc:
+                log.warning("report failed (%s); retrying", exc)
+                await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
+                continue
+            if response.status_code == 409:
+                log.warning("%s refused: %s", path, response.text)
+            elif response.status_code == 422 and path.endswith("/complete"):
+                error = {"type": "InvalidResult", "message": response.json()["error"]["message"]}
+                await self._report(
+                    path.replace("/complete", "/fail"), {"error": error, "retry": False}
+                )
+            else:
+                _raise_for(response)
+            return
+
+
+class DaemonError(Exception):
+    pass
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:200]
+    raise DaemonError(f"server refused ({response.status_code}): {message}")

@@ -1,0 +1,236 @@
+"""Real daemons against a real server: results correct, each invocation completed once,
+and a daemon killed mid-invocation loses nothing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.acceptance.conftest import (
+    LAKESHORE,
+    WIDE,
+    LakeshoreServer,
+    clean_env,
+    running_server,
+)
+from tests.conftest import BACKENDS, create_pg_database, drop_pg_database
+
+pytestmark = pytest.mark.acceptance
+
+ROOT = Path(__file__).resolve().parents[2]
+LEASE_S = 2.0  # short, so a dead daemon's work is re-dispatched within seconds
+NS = "/v1/namespaces/default"
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LakeshoreServer]:
+    backend: str = request.param
+    base = tmp_path_factory.mktemp(f"daemons-{backend}")
+    env = clean_env(COLUMNS=WIDE, LAKESHORE_LEASE_S=str(LEASE_S), LAKESHORE_REAPER_INTERVAL_S="0.5")
+    if backend == "sqlite":
+        with running_server(
+            backend, str(base / "l.db"), base / "data", base / "server.log", env
+        ) as s:
+            yield s
+        return
+    pg_server: str = request.getfixturevalue("pg_server")
+    db_url = create_pg_database(pg_server)
+    try:
+        with running_server(backend, db_url, base / "data", base / "server.log", env) as s:
+            yield s
+    finally:
+        drop_pg_database(pg_server, db_url)
+
+
+@pytest.fixture
+def http(server: LakeshoreServer) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {server.admin_token}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
+        yield client
+
+
+def start_daemon(server: LakeshoreServer, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    env = clean_env(
+        LAKESHORE_URL=server.url, LAKESHORE_TOKEN=server.admin_token, PYTHONPATH=str(ROOT)
+    )
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [str(LAKESHORE), "daemon", "run", *args],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def all_invocations(http: httpx.Client, queue: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 1000}
+        if cursor:
+            params["cursor"] = cursor
+        page = http.get(f"{NS}/queues/{queue}/invocations", params=params).json()
+        found += page["invocations"]
+        cursor = page["next_cursor"]
+        if not cursor:
+            return found
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def test_two_daemons_run_a_thousand_invocations_each_exactly_once(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    queue = f"thousand-{server.backend}"
+    ledger = tmp_path / "ledger.txt"  # one line per execution, from inside the UDF
+    for start in range(0, 1000, 500):
+        items = [
+            {"fn": "tests.udfs:record", "args": [str(ledger), i]} for i in range(start, start + 500)
+        ]
+        response = http.post(f"{NS}/queues/{queue}/invocations/batch", json={"invocations": items})
+        assert response.status_code == 201, response.text
+    daemons = [
+        start_daemon(
+            server, tmp_path / f"daemon-{n}.log", "--queue", queue, "--capacity", "4", "--burst"
+        )
+        for n in range(2)
+    ]
+    try:
+        for daemon in daemons:
+            assert daemon.wait(timeout=300) == 0, (tmp_path / "daemon-0.log").read_text()
+    finally:
+        for daemon in daemons:
+            stop(daemon)
+    done = all_invocations(http, queue)
+    assert len(done) == 1000
+    assert all(i["state"] == "succeeded" for i in done)
+    assert sorted(i["result"] for i in done) == list(range(1000))
+    assert all(i["result"] == i["args"][1] and i["attempts"] == 1 for i in done)
+    assert sorted(int(line) for line in ledger.read_text().split()) == list(range(1000))
+    assert len({i["worker"] for i in done}) == 2  # both daemons took part
+
+
+def test_a_daemon_killed_mid_invocation_loses_nothing(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    queue = f"kill-{server.backend}"
+    ledger = tmp_path / "ledger.txt"
+    body = {"fn": "tests.udfs:record", "args": [str(ledger), 7, 3.0], "max_attempts": 3}
+    created = http.post(f"{NS}/queues/{queue}/invocations", json=body).json()
+    url = f"{NS}/invocations/{created['id']}"
+    doomed = start_daemon(server, tmp_path / "doomed.log", "--queue", queue)
+    try:
+        running = wait_for(
+            lambda: (r := http.get(url).json())["state"] == "running" and r, 30, "the claim"
+        )
+        wait_for(ledger.exists, 30, "the UDF to start")
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(timeout=10)
+    finally:
+        stop(doomed)
+    rescuer = start_daemon(server, tmp_path / "rescuer.log", "--queue", queue)
+    try:
+        final = wait_for(
+            lambda: (r := http.get(url).json())["state"] in ("succeeded", "failed") and r,
+            60,
+            "the invocation to finish elsewhere",
+        )
+    finally:
+        stop(rescuer)
+    assert final["state"] == "succeeded", final
+    assert final["result"] == 7
+    assert final["attempts"] == 2
+    assert final["worker"] != running["worker"]
+
+
+def test_a_failing_udf_is_retried_then_failed_with_its_error(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    queue = f"fail-{server.backend}"
+    items = [
+        {"fn": "tests.udfs:boom", "kwargs": {"message": "bad input"}, "max_attempts": 2},
+        {"fn": "tests.udfs:not_json", "max_attempts": 3},
+        {"fn": "tests.nowhere:fn", "max_attempts": 1},
+        {"fn": "tests.udfs:sleep", "args": [30], "timeout_s": 0.5, "max_attempts": 1},
+        {"fn": "tests.udfs:crash", "max_attempts": 1},
+    ]
+    created = http.post(
+        f"{NS}/queues/{queue}/invocations/batch", json={"invocations": items}
+    ).json()
+    daemon = start_daemon(server, tmp_path / "d.log", "--queue", queue, "--capacity", "2")
+    try:
+        ids = [i["id"] for i in created["invocations"]]
+        results = wait_for(
+            lambda: (
+                all(
+                    (r := [http.get(f"{NS}/invocations/{i}").json() for i in ids])[k]["state"]
+                    == "failed"
+                    for k in range(5)
+                )
+                and r
+            ),
+            60,
+            "every invocation to fail",
+        )
+    finally:
+        stop(daemon)
+    boom, not_json, missing, slow, crashed = results
+    assert (boom["attempts"], boom["error"]["type"], boom["error"]["message"]) == (
+        2,
+        "ValueError",
+        "bad input",
+    )
+    assert "Traceback" in boom["error"]["traceback"]
+    assert not_json["attempts"] == 1  # not retried: the same code gives the same result
+    assert "not JSON-serialisable" in not_json["error"]["message"]
+    assert missing["error"]["type"] == "ModuleNotFoundError"
+    assert slow["error"]["type"] == "TimeoutError"
+    assert crashed["error"]["type"] == "WorkerCrash"
+
+
+def test_sigterm_lets_running_work_finish(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    queue = f"term-{server.backend}"
+    body = {"fn": "tests.udfs:sleep", "args": [1.5]}
+    created = http.post(f"{NS}/queues/{queue}/invocations", json=body).json()
+    url = f"{NS}/invocations/{created['id']}"
+    daemon = start_daemon(server, tmp_path / "d.log", "--queue", queue)
+    try:
+        wait_for(lambda: http.get(url).json()["state"] == "running", 30, "the claim")
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        stop(daemon)
+    final = http.get(url).json()
+    assert (final["state"], final["result"], final["attempts"]) == ("succeeded", 1.5, 1)
+    assert "1 succeeded" in (tmp_path / "d.log").read_text()
