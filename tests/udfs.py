@@ -6,6 +6,8 @@ import os
 import time
 from typing import Any
 
+from lakeshore import udf
+
 
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"args": list(args), "kwargs": kwargs}
@@ -42,3 +44,22 @@ def record(path: str, value: int, seconds: float = 0.0) -> int:
         handle.write(f"{value}\n")
     time.sleep(seconds)
     return value
+
+
+@udf(queue="sdk", max_attempts=1)
+def cube(x: int) -> int:
+    return x * x * x
+
+
+@udf(queue="sdk", max_attempts=1)
+def divide(a: float, b: float) -> float:
+    return a / b
+
+
+class Unusual(Exception):
+    pass
+
+
+@udf(queue="sdk", max_attempts=1)
+def unusual() -> None:
+    raise Unusual("very")

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import platformdirs
@@ -79,3 +80,13 @@ class Settings(BaseSettings):
     @property
     def admin_token_path(self) -> Path:
         return self.data_dir / ADMIN_TOKEN_FILE
+
+
+def read_local_admin_token() -> str | None:
+    """The embedded server's admin token, when this user can read it (local use only)."""
+    data_dir = Path(os.environ.get("LAKESHORE_DATA_DIR") or default_data_dir())
+    try:
+        token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
+    except OSError:
+        return None
+    return token or None

@@ -234,3 +234,36 @@ def test_sigterm_lets_running_work_finish(
     final = http.get(url).json()
     assert (final["state"], final["result"], final["attempts"]) == ("succeeded", 1.5, 1)
     assert "1 succeeded" in (tmp_path / "d.log").read_text()
+
+
+def test_the_sdk_submits_and_gets_results_and_remote_errors(
+    server: LakeshoreServer, tmp_path: Path
+) -> None:
+    from lakeshore import Client, RemoteError
+    from tests import udfs
+
+    with Client(server.url, server.admin_token) as client:
+        cube, divide, unusual = (f.bind(client) for f in (udfs.cube, udfs.divide, udfs.unusual))
+        assert cube(3) == 27  # a plain call still runs here
+        handles = [cube.submit(i) for i in range(5)]
+        same = cube.submit(2, _key=f"two-{server.backend}")
+        again = cube.submit(2, _key=f"two-{server.backend}")
+        assert same.id == again.id
+        zero = divide.submit(1, b=0)
+        odd = unusual.submit()
+        daemon = start_daemon(server, tmp_path / "d.log", "--queue", "sdk", "--capacity", "2")
+        try:
+            assert [h.result(timeout=60) for h in handles] == [0, 1, 8, 27, 64]
+            assert same.result(timeout=60) == 8
+            with pytest.raises(ZeroDivisionError, match="division by zero"):
+                zero.result(timeout=60)
+            with pytest.raises(RemoteError, match="Unusual: very"):
+                odd.result(timeout=60)
+            assert zero.state() == "failed"
+        finally:
+            stop(daemon)
+        pending = cube.submit(9)
+        with pytest.raises(TimeoutError):
+            pending.result(timeout=0.2)
+        pending.cancel()
+        assert pending.state() == "cancelled"

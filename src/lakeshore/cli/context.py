@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import quote
 
 import typer
 
 from lakeshore.cli.client import ApiClient
-from lakeshore.config import ADMIN_TOKEN_FILE, default_data_dir
-
-
-def local_admin_token() -> str | None:
-    """The embedded server's admin token, when this user can read it (local use only)."""
-    data_dir = Path(os.environ.get("LAKESHORE_DATA_DIR") or default_data_dir())
-    try:
-        token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
-    except OSError:
-        return None
-    return token or None
+from lakeshore.config import read_local_admin_token as local_admin_token
 
 
 @dataclass

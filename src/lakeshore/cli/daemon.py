@@ -11,7 +11,7 @@ import typer
 
 from lakeshore.cli import context, output
 from lakeshore.cli.client import CliError
-from lakeshore.cli.context import local_admin_token
+from lakeshore.config import read_local_admin_token as local_admin_token
 from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
 
 app = typer.Typer(help="Run worker daemons.", no_args_is_help=True)

@@ -1,0 +1,240 @@
+"""The Python SDK: ``@udf(queue=...)`` functions, ``f.submit(...)`` handles, ``Client``.
+
+    from lakeshore import udf
+
+    @udf(queue="gpu")
+    def embed(text: str) -> list[float]: ...
+
+    handle = embed.submit("hello", _key="doc-1")
+    vector = handle.result(timeout=60)
+
+A UDF must live in a module the daemons can import (not ``__main__``); they call it by its
+import path. Calling ``embed(...)`` directly still runs it here. ``Client`` reads
+``LAKESHORE_URL``, ``LAKESHORE_TOKEN`` and ``LAKESHORE_NAMESPACE`` like the CLI does.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from lakeshore.config import DEFAULT_URL, read_local_admin_token
+
+P = ParamSpec("P")
+R = TypeVar("R")
+FINAL = frozenset({"succeeded", "failed", "cancelled", "expired"})
+
+
+class LakeshoreClientError(Exception):
+    """The server refused a request (the message is the server's)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{message} [{status} {code}]")
+        self.status, self.code, self.message = status, code, message
+
+
+class RemoteError(Exception):
+    """An invocation failed remotely with an exception type not known here."""
+
+    def __init__(self, type_name: str, message: str, traceback: str | None = None) -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name, self.message, self.remote_traceback = type_name, message, traceback
+
+
+def _remote_exception(error: dict[str, Any]) -> Exception:
+    """The remote error as its own type when it is a builtin exception, else RemoteError."""
+    type_name = str(error.get("type", "Error"))
+    message = str(error.get("message", ""))
+    kind = getattr(builtins, type_name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            exc = kind(message)
+        except Exception:  # an exception type with another signature
+            exc = RemoteError(type_name, message, error.get("traceback"))
+    else:
+        exc = RemoteError(type_name, message, error.get("traceback"))
+    exc.__notes__ = [f"remote traceback:\n{error.get('traceback') or '(none)'}"]
+    return exc
+
+
+class Client:
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        namespace: str | None = None,
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        self.url = (url or os.environ.get("LAKESHORE_URL") or DEFAULT_URL).rstrip("/")
+        token = token or os.environ.get("LAKESHORE_TOKEN") or read_local_admin_token()
+        self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
+        headers = {"Authorization": f"Bearer {token.strip()}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _path(self, *segments: str) -> str:
+        parts = [self.namespace, *segments]
+        return "/v1/namespaces/" + "/".join(quote(part, safe="") for part in parts)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        if response.is_success:
+            return response.json()
+        try:
+            error = response.json()["error"]
+            raise LakeshoreClientError(response.status_code, error["code"], error["message"])
+        except (ValueError, KeyError, TypeError):
+            raise LakeshoreClientError(
+                response.status_code, "http_error", response.text[:200]
+            ) from None
+
+    def submit(
+        self,
+        queue: str,
+        fn: str,
+        args: list[Any] | tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        max_attempts: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Handle[Any]:
+        body: dict[str, Any] = {"fn": fn, "args": list(args), "kwargs": kwargs or {}}
+        for name, value in (("key", key), ("max_attempts", max_attempts), ("timeout_s", timeout_s)):
+            if value is not None:
+                body[name] = value
+        created = self.request("POST", self._path("queues", queue, "invocations"), json=body)
+        return Handle(self, created["id"])
+
+    def get(self, invocation_id: str) -> dict[str, Any]:
+        return dict(self.request("GET", self._path("invocations", invocation_id)))
+
+    def cancel(self, invocation_id: str) -> dict[str, Any]:
+        return dict(self.request("POST", self._path("invocations", invocation_id, "cancel")))
+
+
+class Handle(Generic[R]):
+    """A submitted invocation."""
+
+    def __init__(self, client: Client, invocation_id: str) -> None:
+        self.client = client
+        self.id = invocation_id
+
+    def __repr__(self) -> str:
+        return f"Handle({self.id!r})"
+
+    def info(self) -> dict[str, Any]:
+        return self.client.get(self.id)
+
+    def state(self) -> str:
+        return str(self.info()["state"])
+
+    def cancel(self) -> None:
+        self.client.cancel(self.id)
+
+    def result(self, timeout: float | None = None) -> R:
+        """Wait for the invocation to end; its result, or its error raised here."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.02
+        while True:
+            info = self.info()
+            if info["state"] in FINAL:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"invocation {self.id} is still {info['state']} after {timeout} s"
+                )
+            time.sleep(
+                pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
+            )
+            pause = min(pause * 2, 0.5)
+        if info["state"] == "succeeded":
+            return info["result"]  # type: ignore[no-any-return]
+        if info["state"] == "failed":
+            raise _remote_exception(info.get("error") or {})
+        raise RemoteError(info["state"].capitalize(), f"invocation {self.id} was {info['state']}")
+
+
+class UDF(Generic[P, R]):
+    """A function that can also be submitted to a queue."""
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        queue: str,
+        *,
+        max_attempts: int | None,
+        timeout_s: float | None,
+        client: Client | None,
+    ) -> None:
+        functools.update_wrapper(self, func)
+        self.func, self.queue = func, queue
+        self.max_attempts, self.timeout_s = max_attempts, timeout_s
+        self._client = client
+        self.path = f"{func.__module__}:{func.__qualname__}"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def bind(self, client: Client) -> UDF[P, R]:
+        """The same UDF, submitting through ``client``."""
+        return UDF(
+            self.func,
+            self.queue,
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+            client=client,
+        )
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client()
+        return self._client
+
+    def submit(self, *args: Any, _key: str | None = None, **kwargs: Any) -> Handle[R]:
+        if self.func.__module__ == "__main__" or "<locals>" in self.func.__qualname__:
+            raise ValueError(
+                f"{self.func.__qualname__} must be defined at the top of an importable module "
+                "for daemons to run it"
+            )
+        return self.client.submit(
+            self.queue,
+            self.path,
+            args,
+            kwargs,
+            key=_key,
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+        )
+
+
+def udf(
+    queue: str = "default",
+    *,
+    max_attempts: int | None = None,
+    timeout_s: float | None = None,
+    client: Client | None = None,
+) -> Callable[[Callable[P, R]], UDF[P, R]]:
+    """Make a function submittable to ``queue``: ``f.submit(*args, _key=None, **kwargs)``."""
+
+    def wrap(func: Callable[P, R]) -> UDF[P, R]:
+        return UDF(func, queue, max_attempts=max_attempts, timeout_s=timeout_s, client=client)
+
+    return wrap
