@@ -267,3 +267,46 @@ def test_the_sdk_submits_and_gets_results_and_remote_errors(
             pending.result(timeout=0.2)
         pending.cancel()
         assert pending.state() == "cancelled"
+
+
+def test_submit_and_invocation_commands_through_the_cli(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    from tests.acceptance.conftest import Cli
+
+    cli = Cli(server.url, server.admin_token, tmp_path)
+    queue = f"cli-{server.backend}"
+    submitted = cli.run(
+        "submit",
+        queue,
+        "tests.udfs:echo",
+        "--arg",
+        "3",
+        "--arg",
+        "hello",
+        "--kwarg",
+        'x={"y": [1]}',
+        "--key",
+        "k1",
+        "--json",
+    ).json()
+    assert (submitted["args"], submitted["kwargs"]) == ([3, "hello"], {"x": {"y": [1]}})
+    again = cli.run("submit", queue, "tests.udfs:echo", "--key", "k1")
+    assert again.stdout.strip() == submitted["id"]
+    doomed = cli.run("submit", queue, "tests.udfs:echo").stdout.strip()
+    assert cli.run("invocations", "cancel", doomed, "--json").json()["state"] == "cancelled"
+    listed = cli.run("invocations", "list", queue, "--state", "pending", "--json").json()
+    assert [i["id"] for i in listed] == [submitted["id"]]
+    daemon = start_daemon(server, tmp_path / "d.log", "--queue", queue, "--burst")
+    try:
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        stop(daemon)
+    shown = cli.run("invocations", "show", submitted["id"], "--json").json()
+    assert shown["result"] == {"args": [3, "hello"], "kwargs": {"x": {"y": [1]}}}
+    refused = cli.run("submit", queue, "not-an-import-path")
+    assert refused.returncode == 1
+    assert "import path" in refused.message
+    assert "Traceback" not in refused.stderr
+    missing = cli.run("invocations", "show", "inv_nope")
+    assert missing.returncode == 1 and "not found" in missing.message

@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from lakeshore import __version__
-from lakeshore.cli import admin, daemon, output, queues
+from lakeshore.cli import admin, daemon, invocations, output, queues
 from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
 from lakeshore.cli.server import server
@@ -61,6 +61,8 @@ app.add_typer(queues.app, name="queues")
 app.add_typer(admin.namespaces, name="namespaces")
 app.add_typer(admin.tokens, name="tokens")
 app.add_typer(daemon.app, name="daemon")
+app.add_typer(invocations.app, name="invocations")
+app.command("submit")(invocations.submit)
 
 
 def main() -> None:

@@ -1,0 +1,127 @@
+"""``lakeshore submit`` and ``lakeshore invocations list|show|cancel``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from lakeshore.cli import context, output
+
+app = typer.Typer(help="Inspect and cancel invocations.", no_args_is_help=True)
+
+Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
+Id = Annotated[str, typer.Argument(help="Invocation id.", show_default=False)]
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # a bare word is a string: --arg hello
+
+
+def _kwarg(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise typer.BadParameter(f"{text!r} is not NAME=VALUE", param_hint="--kwarg")
+    return name, _json_value(value)
+
+
+def submit(
+    ctx: typer.Context,
+    queue: Annotated[
+        str, typer.Argument(help="Queue (created as fifo if missing).", show_default=False)
+    ],
+    fn: Annotated[
+        str, typer.Argument(help="Function as package.module:function.", show_default=False)
+    ],
+    arg: Annotated[
+        list[str] | None, typer.Option("--arg", help="A positional argument, as JSON (repeatable).")
+    ] = None,
+    kwarg: Annotated[
+        list[str] | None, typer.Option("--kwarg", help="A keyword argument NAME=JSON (repeatable).")
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option(help="Idempotency key: a repeat returns the first.")
+    ] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Attempts before it fails (default 3).")
+    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds one attempt may run.")] = None,
+    as_json: Json = False,
+) -> None:
+    """Submit one invocation of FN to QUEUE."""
+    cli = context.get(ctx)
+    body: dict[str, Any] = {
+        "fn": fn,
+        "args": [_json_value(a) for a in arg or []],
+        "kwargs": dict(_kwarg(k) for k in kwarg or []),
+    }
+    for name, value in (("key", key), ("max_attempts", max_attempts), ("timeout_s", timeout)):
+        if value is not None:
+            body[name] = value
+    created = cli.client.request("POST", cli.ns_path("queues", queue, "invocations"), json=body)
+    if as_json:
+        output.print_json(created)
+    else:
+        print(created["id"])
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    queue: Annotated[str, typer.Argument(help="Queue name.", show_default=False)],
+    state: Annotated[
+        list[str] | None, typer.Option("--state", help="Only this state (repeatable).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Most rows to show.", min=1, max=1000)] = 50,
+    as_json: Json = False,
+) -> None:
+    """List a queue's invocations, newest first."""
+    cli = context.get(ctx)
+    params: dict[str, Any] = {"limit": limit}
+    if state:
+        params["state"] = state
+    page = cli.client.request("GET", cli.ns_path("queues", queue, "invocations"), params=params)
+    rows = page["invocations"]
+    if as_json:
+        output.print_json(rows)
+        return
+    output.table(
+        ["id", "fn", "state", "attempts", "worker", "created"],
+        [
+            [
+                r["id"],
+                r["fn"],
+                r["state"],
+                f"{r['attempts']}/{r['max_attempts']}",
+                r["worker"],
+                r["created_at"],
+            ]
+            for r in rows
+        ],
+    )
+
+
+@app.command("show")
+def show(ctx: typer.Context, invocation_id: Id, as_json: Json = False) -> None:
+    """Show one invocation, with its result or error."""
+    cli = context.get(ctx)
+    found = cli.client.request("GET", cli.ns_path("invocations", invocation_id))
+    if as_json:
+        output.print_json(found)
+    else:
+        output.fields(found, title=f"invocation {invocation_id}")
+
+
+@app.command("cancel")
+def cancel(ctx: typer.Context, invocation_id: Id, as_json: Json = False) -> None:
+    """Cancel a pending or running invocation."""
+    cli = context.get(ctx)
+    found = cli.client.request("POST", cli.ns_path("invocations", invocation_id, "cancel"))
+    if as_json:
+        output.print_json(found)
+    else:
+        output.console.print(f"invocation {invocation_id} is {found['state']}", markup=False)
