@@ -64,6 +64,7 @@ def run(
     if not token:
         raise CliError("no token: set --token / LAKESHORE_TOKEN")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
     config = DaemonConfig(
         server=cli.server,
         token=token.strip(),
