@@ -1,0 +1,127 @@
+"""kill -9 of the server in the middle of a run: after a restart every invocation ends
+succeeded, none is lost, and none is completed twice."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.acceptance.conftest import (
+    LAKESHORE,
+    WIDE,
+    _stop,
+    _wait_healthy,
+    clean_env,
+    free_port,
+)
+from tests.acceptance.test_daemons import ROOT, all_invocations, stop, wait_for
+from tests.conftest import BACKENDS
+
+pytestmark = pytest.mark.acceptance
+
+TOKEN = "lks-crash-test-admin"
+NS = "/v1/namespaces/default"
+
+
+@pytest.fixture(params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "crash.db")
+    else:
+        yield request.getfixturevalue("fresh_pg_url")
+
+
+def start_server(db: str, port: int, data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = clean_env(
+        COLUMNS=WIDE,
+        LAKESHORE_ADMIN_TOKEN=TOKEN,
+        LAKESHORE_LEASE_S="2",
+        LAKESHORE_REAPER_INTERVAL_S="0.5",
+    )
+    args = [str(LAKESHORE), "server", "--host", "127.0.0.1", "--port", str(port), "--db", db]
+    args += ["--data-dir", str(data_dir), "--log-level", "warning"]
+    start = log.stat().st_size if log.exists() else 0
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+    try:
+        _wait_healthy(process, f"http://127.0.0.1:{port}", log, start)
+    except BaseException:
+        _stop(process)
+        raise
+    return process
+
+
+def start_daemon(url: str, log: Path, queue: str) -> subprocess.Popen[bytes]:
+    env = clean_env(LAKESHORE_URL=url, LAKESHORE_TOKEN=TOKEN, PYTHONPATH=str(ROOT))
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [str(LAKESHORE), "daemon", "run", "--queue", queue, "--capacity", "4"],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def succeeded(http: httpx.Client, queue: str) -> int:
+    try:
+        return int(http.get(f"{NS}/queues/{queue}/stats").json()["byState"]["succeeded"])
+    except httpx.TransportError:
+        return 0
+
+
+def test_kill_9_of_the_server_mid_run_loses_nothing(database: str, tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    data_dir, log = tmp_path / "data", tmp_path / "server.log"
+    queue = "crash"
+    ledger = tmp_path / "ledger.txt"
+    server = start_server(database, port, data_dir, log)
+    daemons: list[subprocess.Popen[bytes]] = []
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    try:
+        for start in range(0, 1000, 500):
+            items = [
+                {"fn": "tests.udfs:record", "args": [str(ledger), i], "max_attempts": 10}
+                for i in range(start, start + 500)
+            ]
+            response = http.post(
+                f"{NS}/queues/{queue}/invocations/batch", json={"invocations": items}
+            )
+            assert response.status_code == 201, response.text
+        daemons = [start_daemon(url, tmp_path / f"daemon-{n}.log", queue) for n in range(2)]
+        wait_for(lambda: succeeded(http, queue) >= 200, 120, "200 invocations to finish")
+
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+        assert 200 <= len(ledger.read_text().split()) < 1000  # killed mid-run
+
+        server = start_server(database, port, data_dir, log)
+        wait_for(lambda: succeeded(http, queue) == 1000, 240, "every invocation to succeed")
+    finally:
+        for daemon in daemons:
+            stop(daemon)
+        http.close()
+        _stop(server)
+        print(log.read_text(errors="replace")[-3000:])
+
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as check:
+        server = start_server(database, port, data_dir, log)
+        try:
+            done = all_invocations(check, queue)
+        finally:
+            _stop(server)
+    assert len(done) == 1000
+    assert all(i["state"] == "succeeded" for i in done)
+    assert sorted(i["result"] for i in done) == list(range(1000))
+    assert all(i["result"] == i["args"][1] for i in done)
+    executed = {int(line) for line in ledger.read_text().split()}
+    assert executed == set(range(1000))  # each ran at least once; a lost lease may re-run one
