@@ -309,3 +309,21 @@ async def test_unstorable_results_are_refused_and_change_nothing(api: httpx.Asyn
     response = await api.post(url, content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 422
     assert (await api.get(f"{NS}/invocations/{got['id']}")).json()["state"] == "running"
+
+
+async def test_a_boltzmann_queue_favours_high_priority_but_serves_all(
+    api: httpx.AsyncClient,
+) -> None:
+    await api.post(
+        f"{NS}/queues", json={"name": "b", "kind": "boltzmann", "kindParams": {"temperature": 0.05}}
+    )
+    batch = [{"fn": "m:f", "args": [i], "kwargs": {"priority": i}} for i in range(10)]
+    await api.post(f"{NS}/queues/b/invocations/batch", json={"invocations": batch})
+    worker = await hello(api, ["b"], capacity=1)
+    order = []
+    for _ in range(10):
+        [got] = await claim(api, worker)
+        order.append(got["args"][0])
+        await api.post(f"{W}/{worker}/invocations/{got['id']}/complete", json={"result": None})
+    assert sorted(order) == list(range(10))
+    assert order[0] == 9  # at T=0.05 the top priority outweighs the next by e^20

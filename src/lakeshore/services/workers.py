@@ -163,6 +163,7 @@ async def _claim_once(
                 limit=free - len(claimed),
                 now=now,
                 lease_s=lease_s,
+                temperature=(queue["kind_params"] or {}).get("temperature"),
             )
             claimed.extend(to_json(row) for row in rows)
     return claimed

@@ -8,6 +8,7 @@ database never hand one invocation to two workers; on SQLite the write transacti
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +17,7 @@ from sqlalchemy import ColumnElement, RowMapping, and_, func, or_, select, tuple
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore.domain import disciplines
 from lakeshore.domain.invocations import after_failure, retry_backoff_s
 from lakeshore.store.tables import invocations
 
@@ -27,6 +29,7 @@ _ORDER: dict[str, tuple[ColumnElement[Any], ...]] = {
     "priority": (C.priority.desc(), C.created_at, C.id),
     "boltzmann": (C.priority.desc(), C.created_at, C.id),
 }
+_RNG = random.Random()
 
 
 def _is_pg(conn: AsyncConnection) -> bool:
@@ -100,19 +103,29 @@ async def claim(
     limit: int,
     now: datetime,
     lease_s: float,
+    temperature: float | None = None,
 ) -> list[RowMapping]:
-    """Lease up to ``limit`` claimable invocations of one queue to ``worker_id``."""
+    """Lease up to ``limit`` claimable invocations of one queue to ``worker_id``.
+
+    ``boltzmann`` queues sample among the top candidates by priority (see
+    :mod:`lakeshore.domain.disciplines`); the others take them in order.
+    """
     if limit <= 0:
         return []
+    sampled = kind == "boltzmann"
     query = (
-        select(C.id)
+        select(C.id, C.priority)
         .where(C.queue_id == queue_id, C.state == "pending", C.available_at <= now)
         .order_by(*_ORDER.get(kind, _ORDER["fifo"]))
-        .limit(limit)
+        .limit(disciplines.candidate_count(limit) if sampled else limit)
     )
     if _is_pg(conn):
         query = query.with_for_update(skip_locked=True)
-    ids = list((await conn.execute(query)).scalars())
+    rows = [(row[0], float(row[1])) for row in (await conn.execute(query)).all()]
+    if sampled:
+        ids = disciplines.boltzmann_pick(rows, limit, temperature, _RNG)
+    else:
+        ids = [invocation_id for invocation_id, _ in rows]
     if not ids:
         return []
     claimed = await conn.execute(
