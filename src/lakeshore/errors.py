@@ -71,6 +71,12 @@ class TooManyRequests(LakeshoreError):
     status = 429
     code = "too_many_requests"
 
+    def __init__(
+        self, message: str, *, field: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
+
 
 class StoreUnavailable(LakeshoreError):
     status = 503

@@ -23,6 +23,7 @@ from lakeshore.errors import Conflict
 from lakeshore.services import auth, workers
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
+from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.notify import Notifier
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 
@@ -84,6 +85,7 @@ def create_app(
             admin_token_path=token_path,
             clock=clock,
             notifier=Notifier(),
+            limiter=RateLimiter(),
         )
         log.info(
             "lakeshore %s serving on %s", __version__, url.render_as_string(hide_password=True)

@@ -15,6 +15,7 @@ from lakeshore.config import Settings
 from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
+from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store.engine import Store
@@ -30,6 +31,7 @@ class AppState:
     admin_token_path: Path | None
     clock: Clock
     notifier: Notifier
+    limiter: RateLimiter
 
 
 def app_state(request: Request) -> AppState:

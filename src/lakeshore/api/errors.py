@@ -8,6 +8,7 @@ are mapped here, and anything unexpected becomes a 500 without a traceback in th
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ from starlette.exceptions import HTTPException
 
 from lakeshore.domain.jsonsafe import printable
 from lakeshore.domain.validation import describe
-from lakeshore.errors import LakeshoreError, Unauthorized
+from lakeshore.errors import LakeshoreError, TooManyRequests, Unauthorized
 
 log = logging.getLogger("lakeshore.api")
 
@@ -55,6 +56,8 @@ def error_response(
 async def _lakeshore_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LakeshoreError)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
     return error_response(exc.status, exc.code, exc.message, exc.field, headers)
 
 

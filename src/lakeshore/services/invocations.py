@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -9,11 +10,12 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore.domain import admission
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.invocations import Submit, parse_submit, priority_of
 from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
-from lakeshore.errors import Conflict, InvalidInput, NotFound
+from lakeshore.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
@@ -91,32 +93,92 @@ def _row(
     }
 
 
+class _Full(Exception):
+    """The queue is at max_depth and its on_full is block."""
+
+
+class RateLimiter:
+    """Token buckets per queue (in this server process: each replica paces its own)."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, admission.TokenBucket] = {}
+
+    def admit(self, queue: Queue, count: int, now: datetime) -> None:
+        rate = queue.spec.admission.rate_limit if queue.spec.admission else None
+        if rate is None:
+            self._buckets.pop(queue.id, None)
+            return
+        bucket = self._buckets.get(queue.id)
+        if bucket is None or bucket.rate != rate:
+            bucket = self._buckets[queue.id] = admission.TokenBucket(rate=rate)
+        wait = bucket.take(count, now.timestamp())
+        if wait > 0:
+            raise TooManyRequests(
+                f'queue "{queue.name}" takes {rate:g} submits a second; retry in {wait:.2f} s',
+                field="admission.rate_limit",
+                retry_after=wait,
+            )
+
+
+async def _check_depth(conn: AsyncConnection, queue: Queue, incoming: int) -> None:
+    limits = queue.spec.admission
+    if limits is None or limits.max_depth is None:
+        return
+    pending = await queue_store.pending_count(conn, queue.id)
+    if admission.has_room(pending=pending, incoming=incoming, max_depth=limits.max_depth):
+        return
+    if limits.on_full == "block":
+        raise _Full
+    raise TooManyRequests(
+        f'queue "{queue.name}" is full: {pending} pending, max_depth {limits.max_depth}',
+        field="admission.max_depth",
+    )
+
+
 async def submit_many(
     store: Store,
     notifier: Notifier,
+    limiter: RateLimiter,
     ns: Namespace,
     queue_name: str,
     bodies: Sequence[Any],
     now: datetime,
+    *,
+    block_s: float = 10.0,
 ) -> list[tuple[dict[str, Any], bool]]:
     """Submit ``bodies`` in order; each result is (invocation, created?). A body whose key
-    was already used in this queue returns the invocation that holds it."""
+    was already used in this queue returns the invocation that holds it. A full queue
+    whose ``on_full`` is ``block`` is retried for up to ``block_s`` seconds, then 429."""
     if not 1 <= len(bodies) <= MAX_BATCH:
         raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
     submits = [
         parse_submit(body, where=f"invocations[{i}]" if len(bodies) > 1 else "")
         for i, body in enumerate(bodies)
     ]
-    for attempt in range(3):  # a racing create of the same queue is retried, not surfaced
+    loop = asyncio.get_running_loop()
+    deadline, pause, races = loop.time() + block_s, 0.05, 0
+    while True:
         try:
             async with store.write() as conn:
                 queue = await _queue_for_submit(conn, ns, queue_name, now)
+                await _check_depth(conn, queue, len(submits))
+                limiter.admit(queue, len(submits), now)
                 rows = [_row(ns, queue, s, now, i) for i, s in enumerate(submits)]
                 stored = await inv_store.insert_many(conn, rows)
             break
-        except IntegrityError:
-            if attempt == 2:
+        except IntegrityError:  # a racing create of the same queue: retried, not surfaced
+            races += 1
+            if races == 3:
                 raise
+        except _Full:
+            if loop.time() + pause > deadline:
+                raise TooManyRequests(
+                    f'queue "{queue_name}" stayed full for {block_s:g} s (on_full: block)',
+                    field="admission.max_depth",
+                    retry_after=1.0,
+                ) from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
     notifier.notify([queue.id])
     new_ids = {row["id"] for row in rows}
     return [(to_json(row), row["id"] in new_ids) for row in stored]

@@ -155,6 +155,9 @@ async def _claim_once(
         for queue in await worker_store.subscribed_queues(conn, worker.id):
             if free - len(claimed) <= 0:
                 break
+            cutoff = (queue["admission"] or {}).get("deadline_cutoff_s")
+            if cutoff is not None:
+                await inv_store.expire_overdue(conn, queue["id"], cutoff, now)
             rows = await inv_store.claim(
                 conn,
                 queue_id=queue["id"],

@@ -144,6 +144,26 @@ async def claim(
     return sorted(claimed.mappings().all(), key=lambda row: order[row["id"]])
 
 
+async def expire_overdue(
+    conn: AsyncConnection, queue_id: str, cutoff_s: float, now: datetime
+) -> int:
+    """``deadline_cutoff_s``: pending work submitted longer ago than that is expired."""
+    expired = await conn.execute(
+        update(invocations)
+        .where(
+            C.queue_id == queue_id,
+            C.state == "pending",
+            C.created_at < now - timedelta(seconds=cutoff_s),
+        )
+        .values(
+            state="expired",
+            finished_at=now,
+            error={"type": "DeadlineExpired", "message": f"not started within {cutoff_s:g} s"},
+        )
+    )
+    return int(expired.rowcount)
+
+
 def _held(invocation_id: str, worker_id: str) -> ColumnElement[bool]:
     return and_(C.id == invocation_id, C.state == "running", C.worker_id == worker_id)
 

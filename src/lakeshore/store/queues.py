@@ -74,6 +74,13 @@ async def invocation_counts(conn: AsyncConnection, queue_id: str) -> dict[str, i
     return {state: count for state, count in (await conn.execute(query)).all()}
 
 
+async def pending_count(conn: AsyncConnection, queue_id: str) -> int:
+    query = select(func.count()).where(
+        invocations.c.queue_id == queue_id, invocations.c.state == "pending"
+    )
+    return int((await conn.execute(query)).scalar_one())
+
+
 async def fleet_counts(conn: AsyncConnection, queue_id: str) -> dict[str, Any]:
     """Daemons subscribed to a queue, their capacity, and what they report running."""
     query = (

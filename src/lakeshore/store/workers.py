@@ -48,7 +48,14 @@ async def touch(conn: AsyncConnection, worker_id: str, now: datetime) -> None:
 async def subscribed_queues(conn: AsyncConnection, worker_id: str) -> list[RowMapping]:
     """The worker's queues that dispatch (active or draining), with what claims need."""
     query = (
-        select(queues.c.id, queues.c.name, queues.c.kind, queues.c.kind_params, queues.c.state)
+        select(
+            queues.c.id,
+            queues.c.name,
+            queues.c.kind,
+            queues.c.kind_params,
+            queues.c.admission,
+            queues.c.state,
+        )
         .select_from(worker_queues.join(queues, queues.c.id == worker_queues.c.queue_id))
         .where(worker_queues.c.worker_id == worker_id, queues.c.state.in_(("active", "draining")))
         .order_by(queues.c.name)

@@ -11,6 +11,10 @@ from lakeshore.services import invocations as inv_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}", tags=["invocations"])
 
+WaitS = Annotated[
+    float,
+    Query(ge=0, le=60, description="A full queue with on_full: block is waited on this long"),
+]
 StateFilter = Literal["pending", "running", "succeeded", "failed", "cancelled", "expired"]
 
 
@@ -21,10 +25,15 @@ StateFilter = Literal["pending", "running", "succeeded", "failed", "cancelled", 
     status_code=201,
 )
 async def submit(
-    name: str, ns: InNamespace, state: State, response: Response, body: Annotated[Any, Body()]
+    name: str,
+    ns: InNamespace,
+    state: State,
+    response: Response,
+    body: Annotated[Any, Body()],
+    wait_s: WaitS = 10.0,
 ) -> dict[str, Any]:
     [(invocation, created)] = await inv_service.submit_many(
-        state.store, state.notifier, ns, name, [body], state.clock()
+        state.store, state.notifier, state.limiter, ns, name, [body], state.clock(), block_s=wait_s
     )
     if not created:
         response.status_code = 200
@@ -37,13 +46,13 @@ async def submit(
     status_code=201,
 )
 async def submit_batch(
-    name: str, ns: InNamespace, state: State, body: Annotated[Any, Body()]
+    name: str, ns: InNamespace, state: State, body: Annotated[Any, Body()], wait_s: WaitS = 10.0
 ) -> dict[str, Any]:
     items = body.get("invocations") if isinstance(body, dict) else None
     if not isinstance(items, list):
         items = []
     results = await inv_service.submit_many(
-        state.store, state.notifier, ns, name, items, state.clock()
+        state.store, state.notifier, state.limiter, ns, name, items, state.clock(), block_s=wait_s
     )
     return {
         "invocations": [invocation for invocation, _ in results],

@@ -1,0 +1,93 @@
+"""Admission: max_depth (reject and block), rate_limit, deadline_cutoff_s."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from tests.conftest import FakeClock
+
+NS = "/v1/namespaces/default"
+
+
+async def queue(api: httpx.AsyncClient, **admission: Any) -> None:
+    response = await api.post(f"{NS}/queues", json={"name": "q", "admission": admission})
+    assert response.status_code == 201, response.text
+
+
+async def submit(api: httpx.AsyncClient, **params: Any) -> httpx.Response:
+    return await api.post(f"{NS}/queues/q/invocations", json={"fn": "m:f"}, params=params)
+
+
+async def pending(api: httpx.AsyncClient) -> int:
+    return int((await api.get(f"{NS}/queues/q/stats")).json()["pending"])
+
+
+async def test_a_full_queue_rejects_with_429(api: httpx.AsyncClient) -> None:
+    await queue(api, max_depth=2)
+    assert [(await submit(api)).status_code for _ in range(2)] == [201, 201]
+    refused = await submit(api)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["field"] == "admission.max_depth"
+    assert "2 pending, max_depth 2" in refused.json()["error"]["message"]
+    assert await pending(api) == 2
+
+
+async def test_a_batch_that_would_overflow_stores_nothing(api: httpx.AsyncClient) -> None:
+    await queue(api, max_depth=2)
+    items = [{"fn": "m:f"}] * 3
+    response = await api.post(f"{NS}/queues/q/invocations/batch", json={"invocations": items})
+    assert response.status_code == 429
+    assert await pending(api) == 0
+
+
+async def test_block_waits_for_room_then_admits(api: httpx.AsyncClient) -> None:
+    await queue(api, max_depth=1, on_full="block")
+    assert (await submit(api)).status_code == 201
+    waiting = asyncio.create_task(submit(api, wait_s=10))
+    await asyncio.sleep(0.1)  # a real concurrent client, parked on the full queue
+    assert not waiting.done()
+    worker = (await api.post("/v1/workers/hello", json={"queues": ["q"]})).json()["id"]
+    claimed = await api.post(f"/v1/workers/{worker}/claim", json={"timeout_s": 0})
+    assert len(claimed.json()["invocations"]) == 1
+    admitted = await asyncio.wait_for(waiting, timeout=10)
+    assert admitted.status_code == 201
+
+
+async def test_block_gives_up_after_its_wait(api: httpx.AsyncClient) -> None:
+    await queue(api, max_depth=1, on_full="block")
+    await submit(api)
+    refused = await submit(api, wait_s=0.2)
+    assert refused.status_code == 429
+    assert "on_full: block" in refused.json()["error"]["message"]
+
+
+async def test_rate_limit_answers_429_with_retry_after(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await queue(api, rate_limit=2)
+    assert [(await submit(api)).status_code for _ in range(2)] == [201, 201]
+    refused = await submit(api)
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["field"] == "admission.rate_limit"
+    clock.advance(0.5)
+    assert (await submit(api)).status_code == 201
+    assert (await submit(api)).status_code == 429
+    assert await pending(api) == 3
+
+
+async def test_work_past_its_deadline_is_expired_not_dispatched(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await queue(api, deadline_cutoff_s=10)
+    late = (await submit(api)).json()
+    clock.advance(11)
+    fresh = (await submit(api)).json()
+    worker = (await api.post("/v1/workers/hello", json={"queues": ["q"]})).json()["id"]
+    claimed = (await api.post(f"/v1/workers/{worker}/claim", json={"timeout_s": 0})).json()
+    assert [i["id"] for i in claimed["invocations"]] == [fresh["id"]]
+    expired = (await api.get(f"{NS}/invocations/{late['id']}")).json()
+    assert (expired["state"], expired["error"]["type"]) == ("expired", "DeadlineExpired")
