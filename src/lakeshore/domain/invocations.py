@@ -55,10 +55,7 @@ def parse_submit(data: Any, *, where: str = "") -> Submit:
     """Validate one submit; :class:`InvalidInput` names the field (under ``where``)."""
     if not isinstance(data, dict):
         raise InvalidInput("an invocation is a JSON object with at least `fn`", field=where or None)
-    problem = jsonsafe.find_unstorable(data)
-    if problem is not None:
-        path = ".".join(p for p in (where, jsonsafe.printable(problem.path)) if p)
-        raise InvalidInput(f"{path}: {problem.reason}", field=path or None)
+    jsonsafe.require_storable(data, where)
     try:
         return Submit.model_validate(data)
     except ValidationError as exc:

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
+from lakeshore.errors import InvalidInput
+
 MAX_DEPTH: Final = 32
 
 
@@ -63,3 +65,14 @@ def find_unstorable(value: Any, path: str = "", depth: int = 0) -> Problem | Non
         if found is not None:
             return found
     return None
+
+
+def require_storable(value: Any, where: str = "") -> Any:
+    """``value`` itself, or :class:`InvalidInput` naming the path (under ``where``) of the
+    first part no store could keep."""
+    problem = find_unstorable(value)
+    if problem is None:
+        return value
+    inner = printable(problem.path)
+    path = f"{where}{'' if not where or not inner or inner.startswith('[') else '.'}{inner}"
+    raise InvalidInput(f"{path}: {problem.reason}" if path else problem.reason, field=path or None)

@@ -256,10 +256,7 @@ def parse_spec(data: Any) -> QueueSpec:
     """Validate a queue as written by a user; :class:`InvalidInput` names the first bad field."""
     if not isinstance(data, dict):
         raise InvalidInput("a queue is a JSON object of its fields")
-    problem = jsonsafe.find_unstorable(data)
-    if problem is not None:
-        shown = jsonsafe.printable(problem.path)
-        raise InvalidInput(f"{shown}: {problem.reason}", field=shown or None)
+    jsonsafe.require_storable(data)
     for key in READ_ONLY_FIELDS:
         if key in data:
             hint = "; change it with drain, pause, resume, archive or unarchive"

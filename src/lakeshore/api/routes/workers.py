@@ -34,14 +34,6 @@ class FailIn(BaseModel):
     retry: bool = True
 
 
-def _storable(value: Any, field: str) -> Any:
-    problem = jsonsafe.find_unstorable(value)
-    if problem is not None:
-        path = ".".join(p for p in (field, jsonsafe.printable(problem.path)) if p)
-        raise InvalidInput(f"{path}: {problem.reason}", field=path)
-    return value
-
-
 @router.post("/hello", summary="Register or refresh a worker")
 async def hello(state: State, caller: Caller, body: Annotated[Any, Body()]) -> dict[str, Any]:
     return await worker_service.hello(
@@ -84,7 +76,7 @@ async def complete(
 ) -> dict[str, Any]:
     if set(body) - {"result"}:
         raise InvalidInput('complete takes {"result": <JSON>}', field="result")
-    result = _storable(body.get("result"), "result")
+    result = jsonsafe.require_storable(body.get("result"), "result")
     return await worker_service.complete(
         state.store, caller, worker_id, invocation_id, result, state.clock()
     )
@@ -94,7 +86,7 @@ async def complete(
 async def fail(
     worker_id: str, invocation_id: str, state: State, caller: Caller, body: FailIn
 ) -> dict[str, Any]:
-    error = _storable(body.error.model_dump(exclude_none=True), "error")
+    error = jsonsafe.require_storable(body.error.model_dump(exclude_none=True), "error")
     return await worker_service.fail(
         state.store, caller, worker_id, invocation_id, error, retry=body.retry, now=state.clock()
     )
