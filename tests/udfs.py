@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from lakeshore import udf
@@ -63,3 +65,47 @@ class Unusual(Exception):
 @udf(queue="sdk", max_attempts=1)
 def unusual() -> None:
     raise Unusual("very")
+
+
+# --- generators: streamed item by item --------------------------------------------------
+
+
+def count(n: int) -> Iterator[int]:
+    """Yield 0 … n-1; the result is n."""
+    yield from range(n)
+    return n
+
+
+def gated(n: int, gate: str) -> Iterator[int]:
+    """Yield 0, wait (at most 60 s) until the file ``gate`` exists, then yield 1 … n-1."""
+    yield 0
+    deadline = time.monotonic() + 60
+    while not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield from range(1, n)
+    return "done"
+
+
+def fails_midway() -> Iterator[str]:
+    yield "a"
+    yield "b"
+    raise ValueError("midway")
+
+
+def bad_item() -> Iterator[Any]:
+    yield 1
+    yield object()
+
+
+def big_item(size: int) -> Iterator[str]:
+    yield "small"
+    yield "x" * size
+
+
+def big_result(size: int) -> str:
+    return "x" * size
+
+
+@udf(queue="sdk", max_attempts=1)
+def words(text: str) -> Iterator[str]:
+    yield from text.split()

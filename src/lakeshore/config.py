@@ -6,9 +6,12 @@
 | ``LAKESHORE_DATA_DIR``     | the per-user data dir (``~/.local/share/lakeshore`` on Linux) |
 | ``LAKESHORE_ADMIN_TOKEN``  | generated once, written 0600 to ``<data dir>/admin-token`` |
 | ``LAKESHORE_MAX_BODY_BYTES`` | ``1048576`` (larger request bodies get 413) |
+| ``LAKESHORE_MAX_PAYLOAD_BYTES`` | ``262144`` (an invocation's args + kwargs as JSON; over → 413) |
+| ``LAKESHORE_MAX_RESULT_BYTES`` | ``524288`` (a result or a stream item as JSON; over → 413) |
 | ``LAKESHORE_NODE_ID``      | none (queues pinned to a node id are ticked only there) |
 | ``LAKESHORE_LEASE_S``      | ``30`` (a claim's lease; heartbeats renew it every third of it) |
 | ``LAKESHORE_REAPER_INTERVAL_S`` | ``1`` (how often expired leases are returned; 0 = never) |
+| ``LAKESHORE_CLAIM_RECHECK_S`` | ``5`` (a waiting claim's fallback re-check) |
 | ``ELASTICITY_ENABLED``     | ``true``                                  |
 | ``ELASTICITY_INTERVAL_S``  | ``5``                                     |
 """
@@ -49,6 +52,21 @@ class Settings(BaseSettings):
         default=1 << 20,
         gt=0,
         validation_alias=AliasChoices("LAKESHORE_MAX_BODY_BYTES", "max_body_bytes"),
+    )
+    max_payload_bytes: int = Field(
+        default=256 << 10,
+        gt=0,
+        validation_alias=AliasChoices("LAKESHORE_MAX_PAYLOAD_BYTES", "max_payload_bytes"),
+    )
+    max_result_bytes: int = Field(
+        default=512 << 10,
+        gt=0,
+        validation_alias=AliasChoices("LAKESHORE_MAX_RESULT_BYTES", "max_result_bytes"),
+    )
+    claim_recheck_s: float = Field(
+        default=5.0,
+        gt=0,
+        validation_alias=AliasChoices("LAKESHORE_CLAIM_RECHECK_S", "claim_recheck_s"),
     )
     node_id: str | None = Field(
         default=None, validation_alias=AliasChoices("LAKESHORE_NODE_ID", "node_id")

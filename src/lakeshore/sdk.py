@@ -8,6 +8,9 @@
     handle = embed.submit("hello", _key="doc-1")
     vector = handle.result(timeout=60)
 
+A generator UDF streams: ``for item in handle.stream(): ...`` yields each item as the
+daemon yields it, then raises the remote error if the invocation failed.
+
 A UDF must live in a module the daemons can import (not ``__main__``); they call it by its
 import path. Calling ``embed(...)`` directly still runs it here. ``Client`` reads
 ``LAKESHORE_URL``, ``LAKESHORE_TOKEN`` and ``LAKESHORE_NAMESPACE`` like the CLI does.
@@ -17,13 +20,15 @@ from __future__ import annotations
 
 import builtins
 import functools
+import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, ParamSpec, TypeVar
 from urllib.parse import quote
 
 import httpx
+from httpx_sse import SSEError, connect_sse
 
 from lakeshore.config import DEFAULT_URL, read_local_admin_token
 
@@ -94,8 +99,11 @@ class Client:
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._http.request(method, path, **kwargs)
-        if response.is_success:
-            return response.json()
+        if not response.is_success:
+            self._raise(response)
+        return response.json()
+
+    def _raise(self, response: httpx.Response) -> None:
         try:
             error = response.json()["error"]
             raise LakeshoreClientError(response.status_code, error["code"], error["message"])
@@ -127,6 +135,36 @@ class Client:
 
     def cancel(self, invocation_id: str) -> dict[str, Any]:
         return dict(self.request("POST", self._path("invocations", invocation_id, "cancel")))
+
+    def follow(
+        self, invocation_id: str, *, after: int = -1, reconnects: int = 5
+    ) -> Iterator[tuple[str, Any]]:
+        """The invocation's stream: ``("item", value)`` for each item as it arrives, then
+        ``("end", invocation)``. A dropped connection is resumed where it left off."""
+        path = self._path("invocations", invocation_id, "stream")
+        timeout = httpx.Timeout(30.0, read=60.0)  # the server pings every 15 s
+        failures = 0
+        while True:
+            try:
+                with connect_sse(
+                    self._http, "GET", path, params={"after": after}, timeout=timeout
+                ) as source:
+                    if not source.response.is_success:
+                        source.response.read()
+                        self._raise(source.response)
+                    for event in source.iter_sse():
+                        if event.event == "item":
+                            after = int(event.id)
+                            failures = 0
+                            yield "item", json.loads(event.data)
+                        elif event.event == "end":
+                            yield "end", json.loads(event.data)
+                            return
+            except (httpx.TransportError, SSEError):
+                failures += 1
+                if failures > reconnects:
+                    raise
+                time.sleep(min(2.0, 0.1 * 2**failures))
 
 
 class Handle(Generic[R]):
@@ -164,11 +202,25 @@ class Handle(Generic[R]):
                 pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
             )
             pause = min(pause * 2, 0.5)
-        if info["state"] == "succeeded":
-            return info["result"]  # type: ignore[no-any-return]
-        if info["state"] == "failed":
-            raise _remote_exception(info.get("error") or {})
-        raise RemoteError(info["state"].capitalize(), f"invocation {self.id} was {info['state']}")
+        return _outcome(info)  # type: ignore[no-any-return]
+
+    def stream(self) -> Iterator[Any]:
+        """Each item a generator UDF yields, as it yields it; at the end the remote error
+        is raised if the invocation did not succeed."""
+        for kind, value in self.client.follow(self.id):
+            if kind == "item":
+                yield value
+            else:
+                _outcome(value)
+
+
+def _outcome(info: dict[str, Any]) -> Any:
+    """A final invocation's result, or its error raised."""
+    if info["state"] == "succeeded":
+        return info["result"]
+    if info["state"] == "failed":
+        raise _remote_exception(info.get("error") or {})
+    raise RemoteError(info["state"].capitalize(), f"invocation {info['id']} was {info['state']}")
 
 
 class UDF(Generic[P, R]):

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import anyio
 from fastapi import FastAPI
+from sqlalchemy.engine import URL
 
 from lakeshore import __version__
 from lakeshore.api import errors, openapi
@@ -25,9 +26,11 @@ from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
 from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.notify import Notifier
+from lakeshore.store import wakeups
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 
 log = logging.getLogger("lakeshore.server")
+LISTENER_START_S = 5.0
 
 
 def utc_now() -> datetime:
@@ -61,6 +64,20 @@ async def _reap_forever(store: Store, clock: Clock, interval_s: float) -> None:
             log.info("reaper: %s", counts)
 
 
+async def _start_listener(url: URL, notifier: Notifier) -> asyncio.Task[None]:
+    """LISTEN for other replicas' wake-ups; wait (briefly) until it is listening."""
+    connected = asyncio.Event()
+    task = asyncio.create_task(
+        wakeups.listen(url, notifier.notify, notifier.notify_all, connected=connected),
+        name="lakeshore-wakeups",
+    )
+    try:
+        await asyncio.wait_for(connected.wait(), timeout=LISTENER_START_S)
+    except TimeoutError:
+        log.warning("not yet listening for other replicas' wake-ups; retrying in the background")
+    return task
+
+
 def create_app(
     settings: Settings | None = None, *, clock: Clock = utc_now, demo: bool = False
 ) -> FastAPI:
@@ -78,30 +95,36 @@ def create_app(
         await ns_service.ensure(store, ns_service.DEFAULT_NAMESPACE, clock())
         if demo:
             await _create_demo_queue(store, clock())
+        notifier = Notifier()
         app.state.lakeshore = AppState(
             settings=settings,
             store=store,
             admin_token=token,
             admin_token_path=token_path,
             clock=clock,
-            notifier=Notifier(),
+            notifier=notifier,
             limiter=RateLimiter(),
         )
+        tasks = []
+        if url.get_backend_name() == "postgresql":
+            tasks.append(await _start_listener(url, notifier))
         log.info(
             "lakeshore %s serving on %s", __version__, url.render_as_string(hide_password=True)
         )
-        reaper = None
         if settings.reaper_interval_s > 0:
-            reaper = asyncio.create_task(
-                _reap_forever(store, clock, settings.reaper_interval_s), name="lakeshore-reaper"
+            tasks.append(
+                asyncio.create_task(
+                    _reap_forever(store, clock, settings.reaper_interval_s),
+                    name="lakeshore-reaper",
+                )
             )
         try:
             yield
         finally:
-            if reaper is not None:
-                reaper.cancel()
+            for task in tasks:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await reaper
+                    await task
             await store.close()
 
     app = FastAPI(

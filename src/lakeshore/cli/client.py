@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json as jsonlib
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
+from httpx_sse import SSEError, connect_sse
 
 
 class CliError(Exception):
@@ -49,6 +52,24 @@ class ApiClient:
         if response.is_success:
             return response.json() if response.content else None
         raise CliError(_refusal(response))
+
+    def events(self, path: str, *, params: dict[str, Any] | None = None) -> Iterator[Any]:
+        """Server-sent events from ``path``: (event, id, data as JSON) as they arrive."""
+        timeout = httpx.Timeout(30.0, read=60.0)  # the server pings every 15 s
+        try:
+            with connect_sse(self._http, "GET", path, params=params, timeout=timeout) as source:
+                if not source.response.is_success:
+                    source.response.read()
+                    raise CliError(_refusal(source.response))
+                for event in source.iter_sse():
+                    yield event.event, event.id, jsonlib.loads(event.data)
+        except httpx.ConnectError as exc:
+            raise CliError(
+                f"cannot reach the Lakeshore server at {self.server} ({exc}); "
+                "is `lakeshore server` running? (--server / LAKESHORE_URL)"
+            ) from exc
+        except (httpx.HTTPError, SSEError, ValueError) as exc:
+            raise CliError(f"the stream from {self.server} broke ({type(exc).__name__})") from exc
 
     def close(self) -> None:
         self._http.close()

@@ -1,4 +1,4 @@
-"""``lakeshore submit`` and ``lakeshore invocations list|show|cancel``."""
+"""``lakeshore submit`` and ``lakeshore invocations list|show|stream|cancel``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 from lakeshore.cli import context, output
 
-app = typer.Typer(help="Inspect and cancel invocations.", no_args_is_help=True)
+app = typer.Typer(help="Inspect, follow and cancel invocations.", no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 Id = Annotated[str, typer.Argument(help="Invocation id.", show_default=False)]
@@ -114,6 +114,30 @@ def show(ctx: typer.Context, invocation_id: Id, as_json: Json = False) -> None:
         output.print_json(found)
     else:
         output.fields(found, title=f"invocation {invocation_id}")
+
+
+@app.command("stream")
+def stream(
+    ctx: typer.Context,
+    invocation_id: Id,
+    after: Annotated[
+        int, typer.Option(help="Start after this item number (items count from 0).")
+    ] = -1,
+) -> None:
+    """Print a generator invocation's items as they arrive (one JSON line each), then its
+    final state; exits 1 unless it succeeded."""
+    cli = context.get(ctx)
+    path = cli.ns_path("invocations", invocation_id, "stream")
+    for event, _, data in cli.client.events(path, params={"after": after}):
+        if event == "item":
+            print(json.dumps(data), flush=True)
+        elif event == "end":
+            error = data.get("error") or {}
+            detail = f": {error.get('type')}: {error.get('message')}" if error else ""
+            output.note(f"invocation {invocation_id} {data['state']}{detail}")
+            if data["state"] != "succeeded":
+                raise typer.Exit(1)
+            return
 
 
 @app.command("cancel")

@@ -1,21 +1,28 @@
 """Running one invocation in a child process, so a crash or a hang stays contained.
 
 The child is forked (about 5 ms on Linux, the daemon's imports already loaded), imports
-``fn``, calls it, and sends back a JSON result or the error. The parent waits at most
-``timeout_s`` and kills the child after that. Exceptions, import errors, results that are
-not JSON and children that die are all reported as an :class:`Outcome`; nothing raises.
+``fn``, calls it, and sends back a JSON result or the error. A generator function's items
+are sent one by one as it yields them (handed to ``on_item`` in the parent), and its
+result is the generator's return value. The parent waits at most ``timeout_s`` in all and
+kills the child after that. Exceptions, import errors, results or items that are not JSON
+and children that die are all reported as an :class:`Outcome`; nothing raises.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import multiprocessing
 import os
+import time
 import traceback
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
+
+Emit = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -49,8 +56,34 @@ def _error(exc: BaseException, *, retry: bool = True) -> tuple[str, dict[str, An
     )
 
 
-def call(fn: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any]:
-    """Import and call; the reply is ('ok', json_text) or ('error', error dict)."""
+def _not_json(what: str, exc: Exception) -> tuple[str, dict[str, Any]]:
+    return _error(TypeError(f"{what} is not JSON-serialisable: {exc}"), retry=False)
+
+
+def _drain(fn: str, generator: Generator[Any, Any, Any], emit: Emit) -> tuple[str, Any]:
+    """Send each yielded item as JSON; ('returned', value) at the end, or an error."""
+    count = 0
+    while True:
+        try:
+            item = next(generator)
+        except StopIteration as stop:
+            return "returned", stop.value
+        except Exception as exc:
+            return _error(exc)
+        try:
+            text = json.dumps(item, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            generator.close()
+            return _not_json(f"item {count} yielded by {fn}", exc)
+        emit(text)
+        count += 1
+
+
+def call(
+    fn: str, args: list[Any], kwargs: dict[str, Any], emit: Emit | None = None
+) -> tuple[str, Any]:
+    """Import and call; the reply is ('ok', json_text) or ('error', error dict). A
+    generator's items go to ``emit`` as JSON text while it runs."""
     try:
         target = resolve(fn)
     except Exception as exc:
@@ -59,16 +92,19 @@ def call(fn: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any]:
         result = target(*args, **kwargs)
     except Exception as exc:
         return _error(exc)
+    if inspect.isgenerator(result):
+        kind, result = _drain(fn, result, emit or (lambda _text: None))
+        if kind == "error":
+            return kind, result
     try:
         return "ok", json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        message = f"the result of {fn} is not JSON-serialisable: {exc}"
-        return _error(TypeError(message), retry=False)
+        return _not_json(f"the result of {fn}", exc)
 
 
 def _child(conn: Connection, fn: str, args: list[Any], kwargs: dict[str, Any]) -> None:
     try:
-        conn.send(call(fn, args, kwargs))
+        conn.send(call(fn, args, kwargs, lambda text: conn.send(("item", text))))
     finally:
         conn.close()
         os._exit(0)  # skip the parent's atexit handlers and buffered state
@@ -80,7 +116,32 @@ def _context() -> Any:
     return multiprocessing.get_context("fork")
 
 
-def run(fn: str, args: list[Any], kwargs: dict[str, Any], timeout_s: float | None) -> Outcome:
+def _receive(
+    receiver: Connection, timeout_s: float | None, on_item: Callable[[Any], None] | None
+) -> tuple[str, Any]:
+    """The child's final reply, handing items on as they come; or timeout / died."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not receiver.poll(remaining):
+                return "timeout", None
+            kind, payload = receiver.recv()
+            if kind != "item":
+                return kind, payload
+            if on_item is not None:
+                on_item(json.loads(payload))
+    except EOFError:
+        return "died", None
+
+
+def run(
+    fn: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    timeout_s: float | None,
+    on_item: Callable[[Any], None] | None = None,
+) -> Outcome:
     """Run one invocation in a child process (blocking; call it from a thread)."""
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
@@ -88,12 +149,7 @@ def run(fn: str, args: list[Any], kwargs: dict[str, Any], timeout_s: float | Non
     child.start()
     sender.close()
     try:
-        if receiver.poll(timeout_s):
-            kind, payload = receiver.recv()
-        else:
-            kind, payload = "timeout", None
-    except EOFError:
-        kind, payload = "died", None
+        kind, payload = _receive(receiver, timeout_s, on_item)
     finally:
         receiver.close()
     if kind == "timeout":

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from lakeshore.daemon import runner
+from lakeshore.daemon.streaming import ItemSender
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -164,14 +165,22 @@ class Daemon:
                 log.warning("heartbeat failed: %s", exc)
 
     async def _execute(self, invocation: dict[str, Any]) -> None:
-        outcome = await asyncio.to_thread(
-            runner.run,
-            invocation["fn"],
-            invocation["args"],
-            invocation["kwargs"],
-            invocation["timeout_s"],
-        )
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
+        items = ItemSender(self.http, f"{base}/stream")
+        try:
+            outcome = await asyncio.to_thread(
+                runner.run,
+                invocation["fn"],
+                invocation["args"],
+                invocation["kwargs"],
+                invocation["timeout_s"],
+                items.put,
+            )
+            await items.close()
+        finally:
+            items.cancel()
+        if items.error is not None:
+            outcome = runner.Outcome(ok=False, error=items.error, retry=False)
         if outcome.ok:
             await self._report(f"{base}/complete", {"result": outcome.result})
             self.completed += 1
@@ -190,8 +199,9 @@ class Daemon:
                 continue
             if response.status_code == 409:
                 log.warning("%s refused: %s", path, response.text)
-            elif response.status_code == 422 and path.endswith("/complete"):
-                error = {"type": "InvalidResult", "message": response.json()["error"]["message"]}
+            elif response.status_code in (413, 422) and path.endswith("/complete"):
+                kind = "ResultTooLarge" if response.status_code == 413 else "InvalidResult"
+                error = {"type": kind, "message": response.json()["error"]["message"]}
                 await self._report(
                     path.replace("/complete", "/fail"), {"error": error, "retry": False}
                 )

@@ -9,11 +9,12 @@ configuration, not a data structure). Refusals name the path of the offending va
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-from lakeshore.errors import InvalidInput
+from lakeshore.errors import InvalidInput, PayloadTooLarge
 
 MAX_DEPTH: Final = 32
 
@@ -76,3 +77,18 @@ def require_storable(value: Any, where: str = "") -> Any:
     inner = printable(problem.path)
     path = f"{where}{'' if not where or not inner or inner.startswith('[') else '.'}{inner}"
     raise InvalidInput(f"{path}: {problem.reason}" if path else problem.reason, field=path or None)
+
+
+def encoded_size(value: Any) -> int:
+    """Bytes ``value`` takes as compact UTF-8 JSON (what the store keeps)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def require_within(value: Any, cap: int, what: str, *, setting: str, field: str) -> None:
+    """:class:`PayloadTooLarge` when ``value`` encodes to more than ``cap`` bytes."""
+    size = encoded_size(value)
+    if size > cap:
+        raise PayloadTooLarge(
+            f"{what}: {size:,} bytes as JSON, over the cap of {cap:,} ({setting})", field=field
+        )

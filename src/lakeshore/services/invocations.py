@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.domain import admission
+from lakeshore.domain import admission, jsonsafe
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.invocations import Submit, parse_submit, priority_of
 from lakeshore.domain.names import NAME_RULE, is_valid_name
@@ -20,6 +20,7 @@ from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import queues as queue_store
+from lakeshore.store import wakeups
 from lakeshore.store.engine import Store
 
 MAX_BATCH = 1000
@@ -120,9 +121,15 @@ class RateLimiter:
             )
 
 
-async def _check_depth(conn: AsyncConnection, queue: Queue, incoming: int) -> None:
+async def _check_depth(conn: AsyncConnection, queue: Queue, submits: Sequence[Submit]) -> None:
+    """Room for the submits that would add a row (a key already used adds none)."""
     limits = queue.spec.admission
     if limits is None or limits.max_depth is None:
+        return
+    keys = {s.key for s in submits if s.key is not None}
+    known = await inv_store.existing_keys(conn, queue.id, keys) if keys else set()
+    incoming = sum(1 for s in submits if s.key is None or s.key not in known)
+    if incoming == 0:
         return
     pending = await queue_store.pending_count(conn, queue.id)
     if admission.has_room(pending=pending, incoming=incoming, max_depth=limits.max_depth):
@@ -145,6 +152,7 @@ async def submit_many(
     now: datetime,
     *,
     block_s: float = 10.0,
+    max_payload_bytes: int | None = None,
 ) -> list[tuple[dict[str, Any], bool]]:
     """Submit ``bodies`` in order; each result is (invocation, created?). A body whose key
     was already used in this queue returns the invocation that holds it. A full queue
@@ -155,16 +163,27 @@ async def submit_many(
         parse_submit(body, where=f"invocations[{i}]" if len(bodies) > 1 else "")
         for i, body in enumerate(bodies)
     ]
+    if max_payload_bytes is not None:
+        for i, s in enumerate(submits):
+            where = f"invocations[{i}]" if len(bodies) > 1 else "args"
+            jsonsafe.require_within(
+                [s.args, s.kwargs],
+                max_payload_bytes,
+                f"the args and kwargs of {where if len(bodies) > 1 else 'this invocation'}",
+                setting="LAKESHORE_MAX_PAYLOAD_BYTES",
+                field=where,
+            )
     loop = asyncio.get_running_loop()
     deadline, pause, races = loop.time() + block_s, 0.05, 0
     while True:
         try:
             async with store.write() as conn:
                 queue = await _queue_for_submit(conn, ns, queue_name, now)
-                await _check_depth(conn, queue, len(submits))
+                await _check_depth(conn, queue, submits)
                 limiter.admit(queue, len(submits), now)
                 rows = [_row(ns, queue, s, now, i) for i, s in enumerate(submits)]
                 stored = await inv_store.insert_many(conn, rows)
+                await wakeups.publish(conn, [queue.id])
             break
         except IntegrityError:  # a racing create of the same queue: retried, not surfaced
             races += 1
@@ -228,7 +247,14 @@ async def list_for_queue(
     return {"invocations": [to_json(row) for row in rows], "next_cursor": next_cursor}
 
 
-async def cancel(store: Store, ns: Namespace, invocation_id: str, now: datetime) -> dict[str, Any]:
+def stream_key(invocation_id: str) -> str:
+    """The notifier key of one invocation: its stream grew, or it ended."""
+    return f"stream:{invocation_id}"
+
+
+async def cancel(
+    store: Store, notifier: Notifier, ns: Namespace, invocation_id: str, now: datetime
+) -> dict[str, Any]:
     async with store.write() as conn:
         row = await inv_store.get(conn, ns.id, invocation_id)
         if row is None:
@@ -236,5 +262,7 @@ async def cancel(store: Store, ns: Namespace, invocation_id: str, now: datetime)
         if row["state"] in ("succeeded", "failed", "expired"):
             raise Conflict(f"invocation already {row['state']}; nothing to cancel", field="state")
         updated = await inv_store.cancel(conn, invocation_id, now)
+        await wakeups.publish(conn, [stream_key(invocation_id)])
     assert updated is not None
+    notifier.notify([stream_key(invocation_id)])
     return to_json(updated)

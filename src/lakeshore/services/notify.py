@@ -2,7 +2,9 @@
 
 A claim registers interest in its queues *before* it looks for work, so a submit that
 lands between the look and the wait still wakes it. This is the in-process half;
-across server replicas PostgreSQL ``LISTEN/NOTIFY`` will feed the same ``notify``.
+across server replicas PostgreSQL ``LISTEN/NOTIFY`` feeds the same ``notify``
+(``lakeshore.store.wakeups``). Keys are queue ids (work to claim) and ``stream:<id>``
+(an invocation's stream grew or ended).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ class Notifier:
     def notify(self, queue_ids: Iterable[str]) -> None:
         for queue_id in queue_ids:
             for event in self._waiters.get(queue_id, ()):
+                event.set()
+
+    def notify_all(self) -> None:
+        """Wake every waiter (after wake-ups may have been missed)."""
+        for events in list(self._waiters.values()):
+            for event in events:
                 event.set()
 
     @contextmanager

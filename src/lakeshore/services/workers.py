@@ -20,10 +20,11 @@ from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import Conflict, Forbidden, InvalidInput, LakeshoreError, NotFound
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
-from lakeshore.services.invocations import to_json
+from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import queues as queue_store
+from lakeshore.store import wakeups
 from lakeshore.store import workers as worker_store
 from lakeshore.store.engine import Store
 
@@ -145,6 +146,11 @@ async def _worker(store: Store, caller: Principal, worker_id: str) -> WorkerRef:
     )
 
 
+async def holder(store: Store, caller: Principal, worker_id: str) -> str:
+    """The id of a live worker the caller may act for (404 unknown, 410 retired)."""
+    return (await _worker(store, caller, worker_id)).id
+
+
 async def _claim_once(
     store: Store, worker: WorkerRef, limit: int, now: datetime, lease_s: float
 ) -> list[dict[str, Any]]:
@@ -182,6 +188,7 @@ async def claim(
     max_count: int | None,
     clock: Callable[[], datetime],
     lease_s: float = LEASE_S,
+    recheck_s: float = IDLE_RECHECK_S,
 ) -> list[dict[str, Any]]:
     """Long-poll: return as soon as anything is claimable (up to the worker's free
     capacity), or an empty list after ``min(timeout_s ?? 20, 20)`` seconds."""
@@ -199,7 +206,7 @@ async def claim(
             remaining = deadline - loop.time()
             if claimed or remaining <= 0 or limit == 0:
                 return claimed
-            recheck = IDLE_RECHECK_S + random.uniform(0, 0.5)
+            recheck = recheck_s + random.uniform(0, 0.5)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), timeout=min(recheck, remaining))
 
@@ -217,19 +224,28 @@ async def heartbeat(
 
 
 async def complete(
-    store: Store, caller: Principal, worker_id: str, invocation_id: str, result: Any, now: datetime
+    store: Store,
+    notifier: Notifier,
+    caller: Principal,
+    worker_id: str,
+    invocation_id: str,
+    result: Any,
+    now: datetime,
 ) -> dict[str, Any]:
     worker = await _worker(store, caller, worker_id)
     async with store.write() as conn:
         if not await inv_store.complete(conn, invocation_id, worker.id, result, now):
             raise _not_held(invocation_id)
         row = await inv_store.get(conn, worker.namespace_id, invocation_id)
+        await wakeups.publish(conn, [stream_key(invocation_id)])
     assert row is not None
+    notifier.notify([stream_key(invocation_id)])
     return to_json(row)
 
 
 async def fail(
     store: Store,
+    notifier: Notifier,
     caller: Principal,
     worker_id: str,
     invocation_id: str,
@@ -241,8 +257,11 @@ async def fail(
     worker = await _worker(store, caller, worker_id)
     async with store.write() as conn:
         row = await inv_store.fail(conn, invocation_id, worker.id, error, retry=retry, now=now)
+        if row is not None:
+            await wakeups.publish(conn, [stream_key(invocation_id)])
     if row is None:
         raise _not_held(invocation_id)
+    notifier.notify([stream_key(invocation_id)])
     return to_json(row)
 
 

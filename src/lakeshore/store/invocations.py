@@ -63,6 +63,11 @@ async def get(conn: AsyncConnection, namespace_id: str, invocation_id: str) -> R
     return (await conn.execute(query)).mappings().first()
 
 
+async def existing_keys(conn: AsyncConnection, queue_id: str, keys: set[str]) -> set[str]:
+    query = select(C.key).where(C.queue_id == queue_id, C.key.in_(sorted(keys)))
+    return {str(key) for key in (await conn.execute(query)).scalars()}
+
+
 async def list_for_queue(
     conn: AsyncConnection,
     queue_id: str,
@@ -166,6 +171,14 @@ async def expire_overdue(
 
 def _held(invocation_id: str, worker_id: str) -> ColumnElement[bool]:
     return and_(C.id == invocation_id, C.state == "running", C.worker_id == worker_id)
+
+
+async def holds(conn: AsyncConnection, invocation_id: str, worker_id: str) -> bool:
+    """Whether the worker holds the invocation's lease right now."""
+    query = select(C.id).where(_held(invocation_id, worker_id))
+    if _is_pg(conn):
+        query = query.with_for_update()
+    return (await conn.execute(query)).first() is not None
 
 
 async def complete(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from lakeshore.api.deps import InNamespace, State
 from lakeshore.services import invocations as inv_service
+from lakeshore.services import streams as stream_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}", tags=["invocations"])
 
@@ -33,7 +36,15 @@ async def submit(
     wait_s: WaitS = 10.0,
 ) -> dict[str, Any]:
     [(invocation, created)] = await inv_service.submit_many(
-        state.store, state.notifier, state.limiter, ns, name, [body], state.clock(), block_s=wait_s
+        state.store,
+        state.notifier,
+        state.limiter,
+        ns,
+        name,
+        [body],
+        state.clock(),
+        block_s=wait_s,
+        max_payload_bytes=state.settings.max_payload_bytes,
     )
     if not created:
         response.status_code = 200
@@ -52,7 +63,15 @@ async def submit_batch(
     if not isinstance(items, list):
         items = []
     results = await inv_service.submit_many(
-        state.store, state.notifier, state.limiter, ns, name, items, state.clock(), block_s=wait_s
+        state.store,
+        state.notifier,
+        state.limiter,
+        ns,
+        name,
+        items,
+        state.clock(),
+        block_s=wait_s,
+        max_payload_bytes=state.settings.max_payload_bytes,
     )
     return {
         "invocations": [invocation for invocation, _ in results],
@@ -83,4 +102,37 @@ async def get_invocation(invocation_id: str, ns: InNamespace, state: State) -> d
     "/invocations/{invocation_id}/cancel", summary="Cancel a pending or running invocation"
 )
 async def cancel_invocation(invocation_id: str, ns: InNamespace, state: State) -> dict[str, Any]:
-    return await inv_service.cancel(state.store, ns, invocation_id, state.clock())
+    return await inv_service.cancel(state.store, state.notifier, ns, invocation_id, state.clock())
+
+
+async def _existing_invocation(invocation_id: str, ns: InNamespace, state: State) -> str:
+    """404 before the stream starts, rather than a broken stream after."""
+    await stream_service.require(state.store, ns, invocation_id)
+    return invocation_id
+
+
+@router.get(
+    "/invocations/{invocation_id}/stream",
+    summary="Follow a generator invocation's items as server-sent events, then its end",
+    description=(
+        "Each yielded item is an `item` event (its `id` is the item's number, from 0, and "
+        "its data the item as JSON); the stream ends with one `end` event holding the "
+        "invocation in its final state. Resume with `Last-Event-ID` or `after`."
+    ),
+    response_class=EventSourceResponse,
+)
+async def stream_invocation(
+    invocation_id: Annotated[str, Depends(_existing_invocation)],
+    ns: InNamespace,
+    state: State,
+    after: Annotated[int, Query(ge=-1, description="Start after this item number")] = -1,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+) -> AsyncIterator[ServerSentEvent]:
+    if last_event_id is not None and last_event_id.strip().isdigit():
+        after = max(after, int(last_event_id))
+    async for event in stream_service.follow(
+        state.store, state.notifier, ns, invocation_id, after_seq=after
+    ):
+        yield ServerSentEvent(
+            event=event.kind, data=event.data, id=None if event.seq is None else str(event.seq)
+        )

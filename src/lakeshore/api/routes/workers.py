@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lakeshore.api.deps import Caller, State
 from lakeshore.domain import jsonsafe
 from lakeshore.errors import InvalidInput
+from lakeshore.services import streams as stream_service
 from lakeshore.services import workers as worker_service
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
@@ -55,6 +56,7 @@ async def claim(
         max_count=request.max,
         clock=state.clock,
         lease_s=state.settings.lease_s,
+        recheck_s=state.settings.claim_recheck_s,
     )
     return {"invocations": claimed}
 
@@ -77,8 +79,15 @@ async def complete(
     if set(body) - {"result"}:
         raise InvalidInput('complete takes {"result": <JSON>}', field="result")
     result = jsonsafe.require_storable(body.get("result"), "result")
+    jsonsafe.require_within(
+        result,
+        state.settings.max_result_bytes,
+        "the result",
+        setting="LAKESHORE_MAX_RESULT_BYTES",
+        field="result",
+    )
     return await worker_service.complete(
-        state.store, caller, worker_id, invocation_id, result, state.clock()
+        state.store, state.notifier, caller, worker_id, invocation_id, result, state.clock()
     )
 
 
@@ -88,5 +97,42 @@ async def fail(
 ) -> dict[str, Any]:
     error = jsonsafe.require_storable(body.error.model_dump(exclude_none=True), "error")
     return await worker_service.fail(
-        state.store, caller, worker_id, invocation_id, error, retry=body.retry, now=state.clock()
+        state.store,
+        state.notifier,
+        caller,
+        worker_id,
+        invocation_id,
+        error,
+        retry=body.retry,
+        now=state.clock(),
+    )
+
+
+@router.post(
+    "/{worker_id}/invocations/{invocation_id}/stream",
+    summary="Append items a generator UDF yielded (numbered from `seq`)",
+)
+async def append_stream(
+    worker_id: str,
+    invocation_id: str,
+    state: State,
+    caller: Caller,
+    body: Annotated[dict[str, Any], Body()],
+) -> dict[str, Any]:
+    seq, items = body.get("seq"), body.get("items")
+    if set(body) - {"seq", "items"} or not isinstance(items, list):
+        raise InvalidInput('append takes {"seq": <first number>, "items": [<JSON>, …]}')
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**31 - 1_000:
+        raise InvalidInput("seq is the number of the first item, from 0", field="seq")
+    for i, item in enumerate(jsonsafe.require_storable(items, "items")):
+        jsonsafe.require_within(
+            item,
+            state.settings.max_result_bytes,
+            f"item {seq + i}",
+            setting="LAKESHORE_MAX_RESULT_BYTES",
+            field=f"items[{i}]",
+        )
+    worker = await worker_service.holder(state.store, caller, worker_id)
+    return await stream_service.append(
+        state.store, state.notifier, worker, invocation_id, seq, items, state.clock()
     )

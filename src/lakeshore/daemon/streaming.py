@@ -1,0 +1,83 @@
+"""Sending a generator invocation's items to the server while it runs.
+
+Items arrive from the runner's thread (``put`` is thread-safe) and go out in order, as
+many per request as have piled up, numbered from 0 so that a retried post stores nothing
+twice. The invocation's own report waits for ``close``, so every item is stored before
+the final state. A refused item (too large, not storable) stops the stream and becomes
+the invocation's error; a lost lease stops it quietly (the report will be refused too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("lakeshore.daemon")
+
+MAX_ITEMS_PER_POST = 500
+_END = object()
+
+
+class ItemSender:
+    def __init__(self, http: httpx.AsyncClient, path: str) -> None:
+        self.http = http
+        self.path = path
+        self.sent = 0
+        self.error: dict[str, Any] | None = None
+        self._lost = False
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(self._send_all(), name=f"stream {path}")
+
+    def put(self, item: Any) -> None:
+        """Queue an item (from any thread)."""
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    async def close(self) -> None:
+        """Send what is queued, then stop."""
+        self._queue.put_nowait(_END)
+        await self._task
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+    async def _send_all(self) -> None:
+        done = False
+        while not done:
+            batch = [await self._queue.get()]
+            while not self._queue.empty() and len(batch) < MAX_ITEMS_PER_POST:
+                batch.append(self._queue.get_nowait())
+            if batch[-1] is _END:
+                batch.pop()
+                done = True
+            if batch and self.error is None and not self._lost:
+                await self._post(batch)
+
+    async def _post(self, items: list[Any]) -> None:
+        body = {"seq": self.sent, "items": items}
+        for attempt in range(30):
+            try:
+                response = await self.http.post(self.path, json=body)
+            except httpx.TransportError as exc:
+                log.warning("stream post failed (%s); retrying", exc)
+                await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
+                continue
+            if response.is_success:
+                self.sent += len(items)
+            elif response.status_code in (404, 409, 410):
+                self._lost = True
+                log.warning("stream refused: %s", response.text[:200])
+            else:
+                self.error = {"type": "StreamItemRejected", "message": _message(response)}
+            return
+        self.error = {"type": "StreamUnavailable", "message": "the server took no items"}
+
+
+def _message(response: httpx.Response) -> str:
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return str(response.json()["error"]["message"])
+    return f"{response.status_code}: {response.text[:200]}"

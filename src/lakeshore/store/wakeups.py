@@ -1,0 +1,70 @@
+"""Wake-ups across server replicas: PostgreSQL ``NOTIFY`` out, ``LISTEN`` in.
+
+A write that makes something newly available (a submit to a queue, a stream item, an
+invocation ending) publishes its keys inside its own transaction, so PostgreSQL delivers
+them only if it commits. Every replica's listener hands the keys to its in-process
+notifier, which wakes the claims and stream followers waiting on them. SQLite is one
+server's embedded store: publishing is a no-op there and the in-process notifier is all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+import psycopg
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import Text
+
+log = logging.getLogger("lakeshore.wakeups")
+
+CHANNEL = "lakeshore_wakeup"
+_PUBLISH = text("SELECT pg_notify(:channel, key) FROM unnest(:keys) AS key").bindparams(
+    bindparam("keys", type_=ARRAY(Text()))
+)
+
+
+async def publish(conn: AsyncConnection, keys: Iterable[str]) -> None:
+    """Announce ``keys`` to every replica when the current transaction commits."""
+    unique = sorted(set(keys))
+    if unique and conn.dialect.name == "postgresql":
+        await conn.execute(_PUBLISH, {"channel": CHANNEL, "keys": unique})
+
+
+def _conninfo(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def listen(
+    url: URL,
+    deliver: Callable[[list[str]], None],
+    deliver_all: Callable[[], None],
+    *,
+    retry_s: float = 1.0,
+    connected: asyncio.Event | None = None,
+) -> None:
+    """Feed every key published on ``url`` to ``deliver``, until cancelled.
+
+    The connection is re-made when it drops; after each (re)connect everyone waiting is
+    woken once (``deliver_all``), since keys published meanwhile were not heard.
+    """
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                _conninfo(url), autocommit=True
+            ) as conn:
+                await conn.execute(f"LISTEN {CHANNEL}")
+                deliver_all()
+                if connected is not None:
+                    connected.set()
+                async for notice in conn.notifies():
+                    deliver([notice.payload])
+        except (psycopg.Error, OSError) as exc:
+            log.warning("wake-up listener lost its connection (%s); reconnecting", exc)
+        if connected is not None:
+            connected.clear()
+        await asyncio.sleep(retry_s)

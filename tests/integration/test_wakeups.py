@@ -1,0 +1,107 @@
+"""Wake-ups across replicas: a commit's NOTIFY reaches another process's LISTEN."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from sqlalchemy import text
+
+from lakeshore.store import wakeups
+from lakeshore.store.engine import Store, create_engine_for, parse_url
+
+
+class Heard:
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.everyone = 0
+        self.changed = asyncio.Event()
+
+    def deliver(self, keys: list[str]) -> None:
+        self.keys.extend(keys)
+        self.changed.set()
+
+    def deliver_all(self) -> None:
+        self.everyone += 1
+
+    async def until(self, count: int) -> None:
+        for _ in range(200):
+            if len(self.keys) >= count:
+                return
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=0.05)
+        raise AssertionError(f"heard {self.keys}, wanted {count} keys")
+
+
+async def test_committed_keys_reach_a_listener_and_rolled_back_ones_do_not(
+    fresh_pg_url: str,
+) -> None:
+    url = parse_url(fresh_pg_url)
+    heard = Heard()
+    connected = asyncio.Event()
+    listener = asyncio.create_task(
+        wakeups.listen(url, heard.deliver, heard.deliver_all, connected=connected)
+    )
+    store = Store(create_engine_for(url))
+    try:
+        await asyncio.wait_for(connected.wait(), timeout=10)
+        assert heard.everyone == 1  # woken once on connect: nothing heard before it counts
+        with contextlib.suppress(RuntimeError):
+            async with store.write() as conn:
+                await wakeups.publish(conn, ["q_rolled_back"])
+                raise RuntimeError("roll back")
+        async with store.write() as conn:
+            await wakeups.publish(conn, ["q_1", "stream:inv_1", "q_1"])
+        await heard.until(2)
+        assert sorted(heard.keys) == ["q_1", "stream:inv_1"]
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+        await store.close()
+
+
+async def test_a_listener_reconnects_and_wakes_everyone_after_a_drop(fresh_pg_url: str) -> None:
+    url = parse_url(fresh_pg_url)
+    heard = Heard()
+    connected = asyncio.Event()
+    listener = asyncio.create_task(
+        wakeups.listen(url, heard.deliver, heard.deliver_all, retry_s=0.05, connected=connected)
+    )
+    store = Store(create_engine_for(url))
+    try:
+        await asyncio.wait_for(connected.wait(), timeout=10)
+        async with store.write() as conn:  # cut the listener's connection from the server side
+            await conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND query ILIKE 'LISTEN%'"
+                )
+            )
+        for _ in range(200):
+            if heard.everyone >= 2 and connected.is_set():
+                break
+            await asyncio.sleep(0.05)
+        assert heard.everyone >= 2
+        async with store.write() as conn:
+            await wakeups.publish(conn, ["q_after"])
+        await heard.until(1)
+        assert heard.keys == ["q_after"]
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+        await store.close()
+
+
+async def test_publishing_on_sqlite_is_a_no_op(tmp_path: Path) -> None:
+    store = Store(create_engine_for(parse_url(f"sqlite:///{tmp_path}/w.db")))
+    try:
+        async with store.write() as conn:
+            await wakeups.publish(conn, ["q_1"])  # no NOTIFY on SQLite, and no error
+            assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+    finally:
+        await store.close()

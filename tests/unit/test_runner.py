@@ -1,0 +1,50 @@
+"""The runner: a child process per invocation, generators streamed item by item."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakeshore.daemon import runner
+
+
+def run(fn: str, *args: Any, timeout_s: float | None = 30.0) -> tuple[runner.Outcome, list[Any]]:
+    items: list[Any] = []
+    outcome = runner.run(f"tests.udfs:{fn}", list(args), {}, timeout_s, items.append)
+    return outcome, items
+
+
+def test_a_generator_hands_on_each_item_and_returns_its_return_value() -> None:
+    outcome, items = run("count", 4)
+    assert items == [0, 1, 2, 3]
+    assert (outcome.ok, outcome.result) == (True, 4)
+
+
+def test_a_plain_function_streams_nothing() -> None:
+    outcome, items = run("square", 7)
+    assert (outcome.ok, outcome.result, items) == (True, 49, [])
+
+
+def test_a_generator_that_raises_keeps_the_items_before_and_reports_the_error() -> None:
+    outcome, items = run("fails_midway")
+    assert items == ["a", "b"]
+    assert not outcome.ok
+    assert (outcome.error["type"], outcome.error["message"], outcome.retry) == (
+        "ValueError",
+        "midway",
+        True,
+    )
+    assert "midway" in outcome.error["traceback"]
+
+
+def test_an_item_that_is_not_json_fails_without_retry() -> None:
+    outcome, items = run("bad_item")
+    assert items == [1]
+    assert (outcome.ok, outcome.retry, outcome.error["type"]) == (False, False, "TypeError")
+    assert "item 1 yielded by tests.udfs:bad_item" in outcome.error["message"]
+
+
+def test_the_timeout_covers_the_whole_generator(tmp_path: Any) -> None:
+    """A generator that yields and then blocks is killed at its timeout, items kept."""
+    outcome, items = run("gated", 3, str(tmp_path / "never"), timeout_s=0.5)
+    assert items == [0]
+    assert (outcome.ok, outcome.error["type"]) == (False, "TimeoutError")
