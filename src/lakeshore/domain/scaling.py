@@ -1,0 +1,385 @@
+"""The elasticity controller's decision core: signals, a policy and counters in; one decision out.
+
+Every tick the controller gathers, per queue or pool, four :class:`Signals` (daemon count,
+utilization, pending invocations, launches in flight) and asks :func:`decide` what to do
+under the queue's :class:`Policy`. The answer is a :class:`Decision`: exactly one of
+``scale_up``, ``scale_down`` or ``tick_noop``, with a reason for the audit row, the id of
+the rule that fired, and, when nothing happens, a hint saying what would have to change
+for it to scale (the "why didn't it scale" answer).
+
+The rules are ``spec/scaling-rules.txt``, to the letter:
+
+``fixed``
+    Always ``tick_noop`` (``fixed: no-op``). An unrecognised kind lands here too, with
+    ``unknown elasticity.kind="…" — defaulting to no-op``.
+``fully_elastic`` and ``max_count``
+    ``target = max(min(pending, max), min)``; launch one when
+    ``target - daemon_count - in_flight > 0``; kill one when ``daemon_count > target`` and
+    ``daemon_count > min``. An unset ``max`` is unbounded for ``fully_elastic`` and 0 for
+    ``max_count`` (so an unset ``max`` scales nothing up beyond ``min``).
+``pool_with_threshold``
+    Hysteresis over two consecutive ticks. The counters are updated first
+    (``utilization >= high`` counts above, ``<= low`` counts below, anything between resets
+    both); then ``scale_up`` when above ``>= 2`` and ``daemon_count + in_flight < max``, or
+    ``scale_down`` when below ``>= 2`` and ``daemon_count > min``. Because ``low < high`` at
+    most one counter is non-zero after the update, so the two rules never compete; if a
+    hand-built policy has ``low >= high`` the ``>= high`` test is applied first, as the spec
+    lists it. The acting counter resets after a scale decision; a bound hit is a
+    ``tick_noop`` naming the bound and keeps the counter, so the step happens on the first
+    tick the bound allows it.
+
+The counters (``consecutiveAbove`` / ``consecutiveBelow``) are persisted by the caller, so a
+restart or a new leader keeps them; they belong to ``pool_with_threshold`` alone and every
+other kind hands back zeroed counters.
+
+A custom scaler's answer is read by :mod:`lakeshore.domain.custom_scaler`. Nothing here
+does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Final, Literal, get_args
+
+from lakeshore.domain.jsonsafe import printable
+from lakeshore.domain.queue import DEFAULT_THRESHOLD, DEFAULT_THRESHOLD_LOW, Elasticity
+
+Action = Literal["scale_up", "scale_down", "tick_noop"]
+Bound = Literal["max", "min"]
+
+ACTIONS: Final[tuple[Action, ...]] = get_args(Action)
+WINDOW: Final = 2
+"""Consecutive qualifying ticks ``pool_with_threshold`` needs before it acts."""
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What the controller read for one queue or pool on this tick."""
+
+    daemon_count: int
+    utilization: float
+    pending: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The persisted hysteresis counters: ``consecutiveAbove`` and ``consecutiveBelow``."""
+
+    above: int = 0
+    below: int = 0
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A queue's elasticity as the rules read it.
+
+    ``kind`` is a plain string so a kind stored by an older or newer server is
+    representable (it decides as a no-op). ``max`` stays ``None`` when unset; what that
+    means depends on the kind (see :attr:`ceiling`).
+    """
+
+    kind: str
+    min: int = 0
+    max: int | None = None
+    high: float = DEFAULT_THRESHOLD
+    low: float = DEFAULT_THRESHOLD_LOW
+
+    @classmethod
+    def from_elasticity(cls, elasticity: Elasticity | None) -> Policy:
+        """The policy of a queue; no elasticity object means ``fixed``."""
+        if elasticity is None:
+            return cls(kind="fixed")
+        return cls(
+            kind=elasticity.kind,
+            min=elasticity.min or 0,
+            max=elasticity.max,
+            high=elasticity.high,
+            low=elasticity.low,
+        )
+
+    @property
+    def ceiling(self) -> int | None:
+        """``max`` as the rules apply it: unset is unbounded, except 0 for ``max_count``."""
+        return 0 if self.max_defaulted else self.max
+
+    @property
+    def max_defaulted(self) -> bool:
+        """Whether the ceiling is ``max_count``'s default of 0 rather than a written ``max``."""
+        return self.max is None and self.kind == "max_count"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One tick's answer for one queue or pool.
+
+    ``rule`` is a short machine-readable id of the rule that fired (``fixed``,
+    ``unknown_kind``, ``fully_elastic.scale_up``, ``pool_with_threshold.at_max`` …).
+    ``counters`` are the counters to persist. ``target`` is the fleet size the decision
+    aims at, when the rule has one. ``blocked_by`` names the bound (``max`` / ``min``)
+    that stopped a step; ``hint`` says in words what would have to change for it to scale.
+    """
+
+    action: Action
+    reason: str
+    counters: Counters
+    rule: str
+    target: int | None = None
+    blocked_by: Bound | None = None
+    hint: str | None = None
+
+
+def no_provider_reason(queue_name: str) -> str:
+    """The spec's reason for a launch with no provider to call."""
+    return f'queue "{queue_name}" has no providerRef / daemonTemplate.provider — cannot launch'
+
+
+def decide(policy: Policy, signals: Signals, counters: Counters) -> Decision:
+    """Apply ``policy`` to this tick's signals: exactly one decision, never an exception."""
+    rule = _RULES.get(policy.kind)
+    if rule is None:
+        return _unknown_kind(policy.kind)
+    return rule(policy, signals, counters)
+
+
+def downgrade(decision: Decision, failure: str) -> Decision:
+    """A scale decision that could not be carried out (a failed launch, no eligible victim).
+
+    It becomes a ``tick_noop`` with the failure appended to its reason, as the spec asks;
+    the rule id and the counters are kept, so the audit row still says which rule fired
+    and the next step still needs a fresh window (a broken provider is not retried on
+    every tick).
+    """
+    return replace(decision, action="tick_noop", reason=f"{decision.reason}; {failure}")
+
+
+# --- fixed and unknown kinds -------------------------------------------------------------
+
+
+def _fixed(policy: Policy, signals: Signals, counters: Counters) -> Decision:
+    return Decision(
+        "tick_noop",
+        "fixed: no-op",
+        Counters(),
+        "fixed",
+        hint="fixed never scales; set elasticity.kind to scale automatically",
+    )
+
+
+def _unknown_kind(kind: str) -> Decision:
+    return Decision(
+        "tick_noop",
+        f'unknown elasticity.kind="{printable(kind)}" — defaulting to no-op',
+        Counters(),
+        "unknown_kind",
+        hint="set elasticity.kind to fixed, fully_elastic, pool_with_threshold or max_count",
+    )
+
+
+# --- fully_elastic and max_count: a target from pending ----------------------------------
+
+
+def _fully_elastic(policy: Policy, signals: Signals, counters: Counters) -> Decision:
+    return _toward_target(policy, signals)
+
+
+def _max_count(policy: Policy, signals: Signals, counters: Counters) -> Decision:
+    return _toward_target(policy, signals)
+
+
+def target_of(policy: Policy, pending: int) -> int:
+    """``max(min(pending, max), min)`` with ``max`` resolved for the policy's kind."""
+    ceiling = policy.ceiling
+    capped = pending if ceiling is None else min(pending, ceiling)
+    return max(capped, policy.min)
+
+
+def _toward_target(policy: Policy, s: Signals) -> Decision:
+    kind, target = policy.kind, target_of(policy, s.pending)
+    if target - s.daemon_count - s.in_flight > 0:
+        return Decision(
+            "scale_up",
+            f"target {target} > daemons {s.daemon_count} + in flight {s.in_flight} → launch",
+            Counters(),
+            f"{kind}.scale_up",
+            target=target,
+        )
+    # target >= min, so "> min" follows from "> target"; kept because the spec states it
+    if s.daemon_count > target and s.daemon_count > policy.min:
+        return Decision(
+            "scale_down",
+            f"daemons {s.daemon_count} > target {target} and > min {policy.min} → kill one",
+            Counters(),
+            f"{kind}.scale_down",
+            target=target,
+        )
+    return _target_noop(policy, s, target)
+
+
+def _target_noop(policy: Policy, s: Signals, target: int) -> Decision:
+    kind, have = policy.kind, f"daemons {s.daemon_count} + in flight {s.in_flight}"
+    if s.pending > target:  # only the ceiling can hold the target under pending
+        unset = "max unset → 0 for max_count; " if policy.max_defaulted else ""
+        return Decision(
+            "tick_noop",
+            f"at max ({policy.ceiling}): {unset}pending {s.pending} → target {target}, {have}",
+            Counters(),
+            f"{kind}.at_max",
+            target=target,
+            blocked_by="max",
+            hint=f"{'set' if policy.max_defaulted else 'raise'} max above {target}",
+        )
+    if s.pending < policy.min and s.daemon_count == target:
+        return Decision(
+            "tick_noop",
+            f"at min ({policy.min}): pending {s.pending} → target {target}, "
+            f"daemons {s.daemon_count}",
+            Counters(),
+            f"{kind}.at_min",
+            target=target,
+            blocked_by="min",
+            hint=f"lower min below {policy.min} to scale down; {_up_hint(policy, s)}",
+        )
+    if s.daemon_count < target:
+        reason = f"target {target} <= {have}: waiting on launches"
+        return Decision(
+            "tick_noop", reason, Counters(), f"{kind}.in_flight", target, hint=_up_hint(policy, s)
+        )
+    return Decision(
+        "tick_noop",
+        f"target {target} = daemons {s.daemon_count} (in flight {s.in_flight}): steady",
+        Counters(),
+        f"{kind}.steady",
+        target=target,
+        hint=f"{_up_hint(policy, s)}; {_down_hint(policy, s)}",
+    )
+
+
+def _up_hint(policy: Policy, s: Signals) -> str:
+    ceiling = policy.ceiling
+    if ceiling is not None and s.daemon_count + s.in_flight >= max(ceiling, policy.min):
+        unset = " (unset → 0 for max_count)" if policy.max_defaulted else ""
+        return f"at max ({ceiling}){unset}; raise max to scale up"
+    return f"scales up when pending exceeds daemons + in flight ({s.daemon_count} + {s.in_flight})"
+
+
+def _down_hint(policy: Policy, s: Signals) -> str:
+    if s.daemon_count <= policy.min:
+        return f"scales down only when min ({policy.min}) is lowered"
+    return f"scales down when pending drops below daemons ({s.daemon_count})"
+
+
+# --- pool_with_threshold: hysteresis on utilization --------------------------------------
+
+
+def update_counters(policy: Policy, utilization: float, counters: Counters) -> Counters:
+    """The counters after this tick's reading: above, below, or the dead band (both reset)."""
+    if utilization >= policy.high:
+        return Counters(above=counters.above + 1, below=0)
+    if utilization <= policy.low:
+        return Counters(above=0, below=counters.below + 1)
+    return Counters()
+
+
+def _pool_with_threshold(policy: Policy, s: Signals, counters: Counters) -> Decision:
+    updated = update_counters(policy, s.utilization, counters)
+    if updated.above:
+        return _pool_up(policy, s, updated)
+    if updated.below:
+        return _pool_down(policy, s, updated)
+    u, low, high = _fmt(s.utilization, policy.low, policy.high)
+    return Decision(
+        "tick_noop",
+        f"utilization {u} between {low} and {high} (dead band): counters reset",
+        updated,
+        "pool_with_threshold.dead_band",
+        hint=f"scales up after {WINDOW} ticks at utilization >= {high}, "
+        f"down after {WINDOW} ticks at <= {low}",
+    )
+
+
+def _pool_up(policy: Policy, s: Signals, c: Counters) -> Decision:
+    u, high = _fmt(s.utilization, policy.high)
+    seen = f"utilization {u} >= {high} for {_ticks(c.above)}"
+    have = s.daemon_count + s.in_flight
+    if c.above < WINDOW:
+        return Decision(
+            "tick_noop",
+            f"{seen} (needs {WINDOW})",
+            c,
+            "pool_with_threshold.warming_up",
+            hint=f"needs utilization >= {high} on {_ticks(WINDOW - c.above, 'more ')}",
+        )
+    ceiling = policy.ceiling
+    if ceiling is not None and have >= ceiling:
+        return Decision(
+            "tick_noop",
+            f"at max ({ceiling}): {seen}, daemons {s.daemon_count} + in flight {s.in_flight}",
+            c,
+            "pool_with_threshold.at_max",
+            blocked_by="max",
+            hint=f"raise max above {ceiling}",
+        )
+    return Decision(
+        "scale_up",
+        f"{seen} → launch",
+        replace(c, above=0),
+        "pool_with_threshold.scale_up",
+        have + 1,
+    )
+
+
+def _pool_down(policy: Policy, s: Signals, c: Counters) -> Decision:
+    u, low = _fmt(s.utilization, policy.low)
+    seen = f"utilization {u} <= {low} for {_ticks(c.below)}"
+    if c.below < WINDOW:
+        return Decision(
+            "tick_noop",
+            f"{seen} (needs {WINDOW})",
+            c,
+            "pool_with_threshold.cooling_down",
+            hint=f"needs utilization <= {low} on {_ticks(WINDOW - c.below, 'more ')}",
+        )
+    if s.daemon_count <= policy.min:
+        return Decision(
+            "tick_noop",
+            f"at min ({policy.min}): {seen}, daemons {s.daemon_count}",
+            c,
+            "pool_with_threshold.at_min",
+            blocked_by="min",
+            hint=f"lower min below {policy.min}",
+        )
+    return Decision(
+        "scale_down",
+        f"{seen} → kill one",
+        replace(c, below=0),
+        "pool_with_threshold.scale_down",
+        s.daemon_count - 1,
+    )
+
+
+def _ticks(n: int, more: str = "") -> str:
+    return f"{n} {more}tick" if n == 1 else f"{n} {more}ticks"
+
+
+def _fmt(value: float, *thresholds: float) -> tuple[str, ...]:
+    """``value`` and ``thresholds`` with 2 decimals, or more where 2 would hide a difference.
+
+    0.795 against a threshold of 0.80 prints as ``0.795``, not as a misleading ``0.80``.
+    """
+    digits = 2
+    while digits < 6 and any(
+        value != t and f"{value:.{digits}f}" == f"{t:.{digits}f}" for t in thresholds
+    ):
+        digits += 1
+    return tuple(f"{v:.{digits}f}" for v in (value, *thresholds))
+
+
+_Rule = Callable[[Policy, Signals, Counters], Decision]
+_RULES: Final[dict[str, _Rule]] = {
+    "fixed": _fixed,
+    "fully_elastic": _fully_elastic,
+    "pool_with_threshold": _pool_with_threshold,
+    "max_count": _max_count,
+}
