@@ -130,6 +130,18 @@ async def store(database_url: str) -> AsyncIterator[Store]:
     await s.close()
 
 
+# custom scalers the test server allows: the paths the fuzz tests write, and real ones
+ALLOWED_SCALERS = (
+    "pkg.mod:fn",
+    "a:b.c",
+    "_x.y:z",
+    "tests.udfs:scaler_up",
+    "tests.udfs:scaler_raises",
+    "tests.udfs:scaler_hangs",
+    "tests.udfs:scaler_garbage",
+)
+
+
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     return Settings(
@@ -137,6 +149,8 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         data_dir=tmp_path / "data",
         admin_token=ADMIN_TOKEN,
         reaper_interval_s=0,  # tests sweep by hand, with the fake clock
+        elasticity_enabled=False,  # and tick by hand (POST /v1/admin/elasticity/tick)
+        allowed_scalers=",".join(ALLOWED_SCALERS),
     )
 
 

@@ -109,3 +109,23 @@ def big_result(size: int) -> str:
 @udf(queue="sdk", max_attempts=1)
 def words(text: str) -> Iterator[str]:
     yield from text.split()
+
+
+# --- custom scalers (allowed on the test server: tests/conftest.py) --------------------
+
+
+def scaler_up(signals: dict[str, Any]) -> dict[str, str]:
+    return {"action": "scale_up", "reason": f"asked with pending {signals['pending']}"}
+
+
+def scaler_raises(signals: dict[str, Any]) -> str:
+    raise RuntimeError("scaler exploded")
+
+
+def scaler_hangs(signals: dict[str, Any]) -> str:
+    time.sleep(2)
+    return "scale_up"
+
+
+def scaler_garbage(signals: dict[str, Any]) -> object:
+    return 42

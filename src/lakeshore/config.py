@@ -14,6 +14,10 @@
 | ``LAKESHORE_CLAIM_RECHECK_S`` | ``5`` (a waiting claim's fallback re-check) |
 | ``ELASTICITY_ENABLED``     | ``true``                                  |
 | ``ELASTICITY_INTERVAL_S``  | ``5``                                     |
+| ``ELASTICITY_CALL_TIMEOUT_S`` | ``10`` (a provider or custom-scaler call) |
+| ``ELASTICITY_NOOP_RETENTION_S`` | ``86400`` (no-op events older are pruned) |
+| ``LAKESHORE_PUBLIC_URL``   | the address ``lakeshore server`` binds (daemons call it) |
+| ``LAKESHORE_ALLOWED_SCALERS`` | none (comma-separated ``module:function`` paths) |
 """
 
 from __future__ import annotations
@@ -90,6 +94,29 @@ class Settings(BaseSettings):
         gt=0,
         validation_alias=AliasChoices("ELASTICITY_INTERVAL_S", "elasticity_interval_s"),
     )
+
+    elasticity_call_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        validation_alias=AliasChoices("ELASTICITY_CALL_TIMEOUT_S", "elasticity_call_timeout_s"),
+    )
+    elasticity_noop_retention_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        validation_alias=AliasChoices("ELASTICITY_NOOP_RETENTION_S", "elasticity_noop_retention_s"),
+    )
+    public_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("LAKESHORE_PUBLIC_URL", "public_url")
+    )
+    allowed_scalers: str = Field(
+        default="",
+        validation_alias=AliasChoices("LAKESHORE_ALLOWED_SCALERS", "allowed_scalers"),
+    )
+
+    @property
+    def scaler_paths(self) -> list[str]:
+        return [path.strip() for path in self.allowed_scalers.split(",") if path.strip()]
 
     @property
     def resolved_database_url(self) -> str:

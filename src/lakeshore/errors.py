@@ -11,9 +11,11 @@ never thinks in status codes and the API layer never invents them.
     ├── Forbidden             403  a valid token asking for what it may not do
     ├── NotFound              404  absent, or in a namespace the caller cannot see
     ├── Conflict              409  the request clashes with the record's current state
+    ├── Gone                  410  a worker retired by the controller
     ├── PayloadTooLarge       413  a body over the server's cap
     ├── UnsupportedMediaType  415  a body that is not JSON
     ├── TooManyRequests       429  admission refused the request for now
+    ├── ProviderFailed        502  a provider could not launch or stop a daemon
     └── StoreUnavailable      503  the database could not be reached
 """
 
@@ -57,6 +59,11 @@ class Conflict(LakeshoreError):
     code = "conflict"
 
 
+class Gone(LakeshoreError):
+    status = 410
+    code = "gone"
+
+
 class PayloadTooLarge(LakeshoreError):
     status = 413
     code = "payload_too_large"
@@ -76,6 +83,11 @@ class TooManyRequests(LakeshoreError):
     ) -> None:
         super().__init__(message, field=field)
         self.retry_after = retry_after
+
+
+class ProviderFailed(LakeshoreError):
+    status = 502
+    code = "provider_failed"
 
 
 class StoreUnavailable(LakeshoreError):

@@ -327,3 +327,47 @@ async def test_a_boltzmann_queue_favours_high_priority_but_serves_all(
         await api.post(f"{W}/{worker}/invocations/{got['id']}/complete", json={"result": None})
     assert sorted(order) == list(range(10))
     assert order[0] == 9  # at T=0.05 the top priority outweighs the next by e^20
+
+
+async def test_bye_hands_back_held_work_without_spending_an_attempt(
+    api: httpx.AsyncClient,
+) -> None:
+    worker = await hello(api, ["bye"])
+    invocation = await submit(api, "bye")
+    [claimed] = await claim(api, worker)
+    assert claimed["attempts"] == 1
+    response = await api.post(f"{W}/{worker}/bye")
+    assert response.json() == {"released": 1}
+    back = (await api.get(f"{NS}/invocations/{invocation['id']}")).json()
+    assert (back["state"], back["attempts"], back["worker"]) == ("pending", 0, None)
+    stats = (await api.get(f"{NS}/queues/bye/stats")).json()
+    assert stats["daemonCount"] == 0
+    assert (await api.post(f"{W}/{worker}/claim", json={})).status_code == 404
+    other = await hello(api, ["bye"])
+    [again] = await claim(api, other)
+    assert (again["id"], again["attempts"]) == (invocation["id"], 1)
+
+
+async def test_a_claim_whose_caller_hung_up_leases_nothing(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    """The hang-up ends the long-poll before anything is leased to a gone caller."""
+    from lakeshore.services.auth import ADMIN as ADMIN_PRINCIPAL
+    from lakeshore.services.notify import Notifier
+
+    worker = await hello(api, ["hangup"])
+    gone = asyncio.Event()
+    gone.set()
+    await submit(api, "hangup")
+    claimed = await worker_service.claim(
+        store,
+        Notifier(),
+        ADMIN_PRINCIPAL,
+        worker,
+        timeout_s=5,
+        max_count=None,
+        clock=clock,
+        gone=gone,
+    )
+    assert claimed == []
+    assert len(await claim(api, worker)) == 1  # still pending, so a live claim gets it

@@ -17,17 +17,28 @@ from lakeshore import __version__
 from lakeshore.api import errors, openapi
 from lakeshore.api.deps import AppState, Clock
 from lakeshore.api.limits import BodySizeLimit
-from lakeshore.api.routes import health, invocations, namespaces, queues
+from lakeshore.api.routes import (
+    admin,
+    daemons,
+    feed,
+    health,
+    invocations,
+    namespaces,
+    providers,
+    queues,
+)
 from lakeshore.api.routes import workers as worker_routes
-from lakeshore.config import Settings
+from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
-from lakeshore.services import auth, workers
+from lakeshore.services import auth, elasticity_loop, workers
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
+from lakeshore.services.controller import Controller
 from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.notify import Notifier
 from lakeshore.store import wakeups
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
+from lakeshore.store.leadership import AdvisoryLock, Leadership, Solo
 
 log = logging.getLogger("lakeshore.server")
 LISTENER_START_S = 5.0
@@ -96,6 +107,19 @@ def create_app(
         if demo:
             await _create_demo_queue(store, clock())
         notifier = Notifier()
+        controller = Controller(
+            store,
+            clock=clock,
+            server_url=settings.public_url or DEFAULT_URL,
+            node_id=settings.node_id,
+            call_timeout_s=settings.elasticity_call_timeout_s,
+            allowed_scalers=settings.scaler_paths,
+            noop_retention_s=settings.elasticity_noop_retention_s,
+            notifier=notifier,
+        )
+        leadership: Leadership = (
+            AdvisoryLock(url) if url.get_backend_name() == "postgresql" else Solo()
+        )
         app.state.lakeshore = AppState(
             settings=settings,
             store=store,
@@ -104,6 +128,8 @@ def create_app(
             clock=clock,
             notifier=notifier,
             limiter=RateLimiter(),
+            controller=controller,
+            leadership=leadership,
         )
         tasks = []
         if url.get_backend_name() == "postgresql":
@@ -118,9 +144,19 @@ def create_app(
                     name="lakeshore-reaper",
                 )
             )
+        if settings.elasticity_enabled:
+            tasks.append(
+                asyncio.create_task(
+                    elasticity_loop.run_forever(
+                        controller, leadership, settings.elasticity_interval_s
+                    ),
+                    name="lakeshore-controller",
+                )
+            )
         try:
             yield
         finally:
+            await leadership.release()
             for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -140,6 +176,10 @@ def create_app(
         health.router,
         namespaces.router,
         queues.router,
+        providers.router,
+        admin.router,
+        feed.router,
+        daemons.router,
         invocations.router,
         worker_routes.router,
     )

@@ -15,10 +15,12 @@ from lakeshore.config import Settings
 from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
+from lakeshore.services.controller import Controller
 from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store.engine import Store
+from lakeshore.store.leadership import Leadership
 
 Clock = Callable[[], datetime]
 
@@ -32,6 +34,8 @@ class AppState:
     clock: Clock
     notifier: Notifier
     limiter: RateLimiter
+    controller: Controller
+    leadership: Leadership
 
 
 def app_state(request: Request) -> AppState:

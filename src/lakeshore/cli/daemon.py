@@ -1,4 +1,4 @@
-"""``lakeshore daemon run``: a worker that claims and runs invocations."""
+"""``lakeshore daemon run|launch|list|kill``: run a worker here, or manage the fleet."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from lakeshore.cli.client import CliError
 from lakeshore.config import read_local_admin_token as local_admin_token
 from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
 
-app = typer.Typer(help="Run worker daemons.", no_args_is_help=True)
+app = typer.Typer(
+    help="Run a worker daemon here, or launch, list and kill daemons.", no_args_is_help=True
+)
 
 RUNNERS = ("process",)
 
@@ -48,6 +50,14 @@ def run(
     grace: Annotated[
         float, typer.Option(help="Seconds to let running work finish after SIGTERM.", min=0)
     ] = 30.0,
+    exit_after_unreachable: Annotated[
+        float | None,
+        typer.Option(
+            help="Exit when the server has been unreachable this many seconds "
+            "(default: keep retrying). Launched daemons use it so none outlive their server.",
+            min=1,
+        ),
+    ] = None,
 ) -> None:
     """Say hello, claim invocations, run each in a child process, report, repeat.
 
@@ -77,6 +87,7 @@ def run(
         launch_id=launch_id,
         burst=burst,
         grace_s=grace,
+        orphan_after_s=exit_after_unreachable,
     )
     daemon = Daemon(config)
     try:
@@ -86,3 +97,79 @@ def run(
     except httpx.ConnectError as exc:
         raise CliError(f"cannot reach the Lakeshore server at {cli.server} ({exc})") from exc
     output.note(f"daemon stopped: {daemon.completed} succeeded, {daemon.failed} failed")
+
+
+Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
+
+
+@app.command("launch")
+def launch(
+    ctx: typer.Context,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="The queue the daemons serve.")],
+    provider: Annotated[
+        str | None,
+        typer.Option(help="Provider to launch through (default: the queue's providerRef)."),
+    ] = None,
+    count: Annotated[int, typer.Option(help="How many daemons.", min=1, max=100)] = 1,
+    as_json: Json = False,
+) -> None:
+    """Launch daemons for a queue through a provider (the fixed policy's tool).
+
+    Each launch counts as in flight until its daemon says hello, as the controller's do."""
+    cli = context.get(ctx)
+    body: dict[str, object] = {"queue": queue, "count": count}
+    if provider:
+        body["provider"] = provider
+    data = cli.client.request("POST", cli.ns_path("daemons"), json=body)
+    if as_json:
+        output.print_json(data)
+        return
+    failed = [launch for launch in data["launches"] if launch["error"]]
+    for launch in data["launches"]:
+        state = f"failed: {launch['error']}" if launch["error"] else "launching"
+        output.console.print(f"{launch['launchId']}  {state}", markup=False, highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only daemons serving this queue.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """List daemons: their queues, capacity, what they run, where they were launched."""
+    cli = context.get(ctx)
+    data = cli.client.request(
+        "GET", cli.ns_path("daemons"), params={"queue": queue} if queue else None
+    )
+    if as_json:
+        output.print_json(data)
+        return
+    rows = [
+        [
+            d["id"],
+            ",".join(d["queues"]),
+            f"{d['running']}/{d['capacity']}",
+            d["provider"] or "",
+            "retiring" if d["retiring"] else "",
+            d["lastSeenAt"],
+        ]
+        for d in data["daemons"]
+    ]
+    output.table(["id", "queues", "running", "provider", "", "last seen"], rows)
+
+
+@app.command("kill")
+def kill(
+    ctx: typer.Context,
+    worker_id: Annotated[str, typer.Argument(help="Daemon (worker) id.", show_default=False)],
+) -> None:
+    """Retire an idle daemon: its provider stops it and its id is refused from then on.
+
+    A daemon running invocations is not killed (drain its queue first)."""
+    cli = context.get(ctx)
+    cli.client.request("DELETE", cli.ns_path("daemons", worker_id))
+    output.console.print(f"daemon {worker_id} retired", markup=False, highlight=False)

@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from lakeshore import __version__
-from lakeshore.cli import admin, daemon, invocations, output, queues
+from lakeshore.cli import admin, daemon, feed, invocations, output, providers, queues
 from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
 from lakeshore.cli.server import server
@@ -57,7 +57,11 @@ def root(
 
 
 app.command("server")(server)
+feed.register(queues.app)
 app.add_typer(queues.app, name="queues")
+app.add_typer(feed.pools, name="pools")
+app.add_typer(feed.controller, name="controller")
+app.add_typer(providers.app, name="providers")
 app.add_typer(admin.namespaces, name="namespaces")
 app.add_typer(admin.tokens, name="tokens")
 app.add_typer(daemon.app, name="daemon")

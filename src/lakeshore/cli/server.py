@@ -53,6 +53,9 @@ def server(
     if data_dir:
         overrides["data_dir"] = data_dir.expanduser().resolve()
     settings = Settings(**overrides)  # type: ignore[arg-type]
+    if settings.public_url is None:
+        reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        settings = settings.model_copy(update={"public_url": f"http://{reachable}:{port}"})
     try:
         url = parse_url(settings.resolved_database_url)
     except LakeshoreError as exc:

@@ -55,7 +55,19 @@ class ItemSender:
                 batch.pop()
                 done = True
             if batch and self.error is None and not self._lost:
-                await self._post(batch)
+                await self._post_all(batch)
+
+    async def _post_all(self, items: list[Any]) -> None:
+        """One post for the batch; if it is refused, item by item, so every item before
+        the refused one is still stored."""
+        await self._post(items)
+        refused = self.error is not None and self.error["type"] == "StreamItemRejected"
+        if refused and len(items) > 1:
+            self.error = None
+            for item in items:
+                await self._post([item])
+                if self.error is not None or self._lost:
+                    return
 
     async def _post(self, items: list[Any]) -> None:
         body = {"seq": self.sent, "items": items}

@@ -39,6 +39,7 @@ class DaemonConfig:
     burst: bool = False
     claim_timeout_s: float = 20.0
     grace_s: float = 30.0
+    orphan_after_s: float | None = None
 
 
 @dataclass
@@ -48,6 +49,9 @@ class Daemon:
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     completed: int = 0
     failed: int = 0
+    retired: bool = False
+    orphaned: bool = False
+    unreachable_since: float | None = None
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -67,11 +71,22 @@ class Daemon:
             try:
                 await self._claim_loop()
                 await self._drain()
+                if not self.retired and not self.orphaned:
+                    await self._bye()
             finally:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
         return 0
+
+    async def _bye(self) -> None:
+        """Leave: whatever is still held goes back to the queue at once."""
+        try:
+            response = await self.http.post(f"/v1/workers/{self.worker_id}/bye")
+            if response.is_success and response.json()["released"]:
+                log.info("handed back %d invocation(s)", response.json()["released"])
+        except httpx.HTTPError as exc:
+            log.warning("could not say goodbye (%s); leases will expire", exc)
 
     async def _hello(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -104,10 +119,22 @@ class Daemon:
                 )
             except httpx.TransportError as exc:
                 log.warning("claim failed (%s); retrying", exc)
+                if self._orphaned():
+                    return
                 await self._sleep(1.0)
                 continue
+            self.unreachable_since = None
             if response is None:
                 return  # stopping
+            if response.status_code == 410:
+                log.info("retired by the control plane; finishing and exiting")
+                self.retired = True
+                self.stop.set()
+                return
+            if response.status_code == 404:  # dropped while unreachable: register again
+                log.warning("the server no longer knows this worker; saying hello again")
+                await self._hello()
+                continue
             _raise_for(response)
             claimed = response.json()["invocations"]
             for invocation in claimed:
@@ -156,6 +183,10 @@ class Daemon:
             await asyncio.sleep(every_s)
             try:
                 response = await self.http.post(f"/v1/workers/{self.worker_id}/heartbeat")
+                if response.status_code == 410 and not self.stop.is_set():
+                    log.info("retired by the control plane; finishing and exiting")
+                    self.retired = True
+                    self.stop.set()
                 if response.is_success:
                     held = set(response.json()["held"])
                     for invocation_id, task in list(self.running.items()):
@@ -163,6 +194,22 @@ class Daemon:
                             task.cancel()  # cancelled, or the lease was lost
             except httpx.HTTPError as exc:
                 log.warning("heartbeat failed: %s", exc)
+                self._orphaned()
+
+    def _orphaned(self) -> bool:
+        """Whether the server has been unreachable for longer than ``orphan_after_s`` (a
+        daemon launched by a server that is gone stops by itself)."""
+        limit = self.config.orphan_after_s
+        now = asyncio.get_running_loop().time()
+        if self.unreachable_since is None:
+            self.unreachable_since = now
+        if limit is None or now - self.unreachable_since < limit:
+            return False
+        if not self.stop.is_set():
+            log.warning("the server has been unreachable for %.0f s; exiting", limit)
+            self.orphaned = True
+            self.stop.set()
+        return True
 
     async def _execute(self, invocation: dict[str, Any]) -> None:
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"

@@ -15,6 +15,8 @@ from lakeshore.domain.queue import Queue, merge_patch, parse_spec
 from lakeshore.domain.states import Transition
 from lakeshore.errors import Conflict, NotFound
 from lakeshore.services.namespaces import Namespace
+from lakeshore.services.scalers import Registry as ScalerRegistry
+from lakeshore.store import events as event_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store.engine import Store
 
@@ -35,8 +37,17 @@ def _taken(name: str) -> Conflict:
     return Conflict(f'queue "{name}" already exists in this namespace', field="name")
 
 
-async def create(store: Store, ns: Namespace, body: Any, now: datetime) -> Queue:
+async def create(
+    store: Store,
+    ns: Namespace,
+    body: Any,
+    now: datetime,
+    *,
+    scalers: ScalerRegistry | None = None,
+) -> Queue:
     spec = parse_spec(body)
+    if scalers is not None:
+        scalers.check(spec.custom_scaler_udf)
     try:
         async with store.write() as conn:
             existing = await queue_store.get_queue(conn, ns.id, spec.name)
@@ -66,12 +77,22 @@ async def list_(store: Store, ns: Namespace, *, include_archived: bool = False) 
         return await queue_store.list_queues(conn, ns.id, include_archived=include_archived)
 
 
-async def patch(store: Store, ns: Namespace, name: str, body: Any, now: datetime) -> Queue:
+async def patch(
+    store: Store,
+    ns: Namespace,
+    name: str,
+    body: Any,
+    now: datetime,
+    *,
+    scalers: ScalerRegistry | None = None,
+) -> Queue:
     async with store.write() as conn:
         queue = await _load(conn, ns, name)
         if queue.state == "archived":
             raise Conflict(f'queue "{name}" is archived (read-only); unarchive it first')
         spec = merge_patch(queue.spec, body)
+        if scalers is not None and "customScalerUdf" in body:
+            scalers.check(spec.custom_scaler_udf)
         return await queue_store.update_spec(conn, queue, spec, now)
 
 
@@ -106,7 +127,9 @@ async def stats(store: Store, ns: Namespace, name: str) -> dict[str, Any]:
         queue = await _load(conn, ns, name)
         counts = await queue_store.invocation_counts(conn, queue.id)
         fleet = await queue_store.fleet_counts(conn, queue.id)
-        in_flight = await queue_store.in_flight_launches(conn, ns.id, name)
+        scope = scope_of(queue)
+        in_flight = await queue_store.in_flight_launches(conn, ns.id, scope)
+        above, below = await event_store.counters(conn, ns.id, scope)
     pending, running = counts.get("pending", 0), counts.get("running", 0)
     capacity = fleet["capacity"]
     utilization = signals.utilization(running=running, capacity=capacity, pending=pending)
@@ -123,4 +146,12 @@ async def stats(store: Store, ns: Namespace, name: str) -> dict[str, Any]:
         "capacity": capacity,
         "utilization": round(utilization, 4),
         "inFlight": in_flight,
+        "scope": scope,
+        "counters": {"consecutiveAbove": above, "consecutiveBelow": below},
     }
+
+
+def scope_of(queue: Queue) -> str:
+    """What the controller ticks this queue as: itself, or its pool."""
+    pool = queue.spec.elasticity.pool if queue.spec.elasticity else None
+    return f"pool:{pool}" if pool else queue.name

@@ -4,8 +4,6 @@ the reaper that returns a dead worker's work to the queue."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,12 +15,14 @@ from lakeshore.domain.ids import new_id
 from lakeshore.domain.names import Name
 from lakeshore.domain.queue import parse_spec
 from lakeshore.domain.validation import invalid_input
-from lakeshore.errors import Conflict, Forbidden, InvalidInput, LakeshoreError, NotFound
+from lakeshore.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
+from lakeshore.services import claims
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
+from lakeshore.store import launches as launch_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store import wakeups
 from lakeshore.store import workers as worker_store
@@ -35,11 +35,6 @@ MAX_CLAIM_WAIT_S = 20.0
 IDLE_RECHECK_S = 5.0  # the spec's idle wait, kept only as the fallback re-check
 
 Label = Annotated[StrictStr, Field(min_length=1, max_length=256)]
-
-
-class Gone(LakeshoreError):
-    status = 410
-    code = "gone"
 
 
 class Capabilities(BaseModel):
@@ -121,6 +116,8 @@ async def hello(
             "cost_weight": caps.cost_weight,
         }
         await worker_store.upsert(conn, values=values, queue_ids=queue_ids, now=now)
+        if request.launch_id:
+            await launch_store.hello(conn, ns.id, request.launch_id, worker_id, now)
     return {
         "id": worker_id,
         "namespace": ns.name,
@@ -151,33 +148,6 @@ async def holder(store: Store, caller: Principal, worker_id: str) -> str:
     return (await _worker(store, caller, worker_id)).id
 
 
-async def _claim_once(
-    store: Store, worker: WorkerRef, limit: int, now: datetime, lease_s: float
-) -> list[dict[str, Any]]:
-    async with store.write() as conn:
-        await worker_store.touch(conn, worker.id, now)
-        free = min(limit, worker.max_invocations - await inv_store.running_count(conn, worker.id))
-        claimed: list[dict[str, Any]] = []
-        for queue in await worker_store.subscribed_queues(conn, worker.id):
-            if free - len(claimed) <= 0:
-                break
-            cutoff = (queue["admission"] or {}).get("deadline_cutoff_s")
-            if cutoff is not None:
-                await inv_store.expire_overdue(conn, queue["id"], cutoff, now)
-            rows = await inv_store.claim(
-                conn,
-                queue_id=queue["id"],
-                kind=queue["kind"],
-                worker_id=worker.id,
-                limit=free - len(claimed),
-                now=now,
-                lease_s=lease_s,
-                temperature=(queue["kind_params"] or {}).get("temperature"),
-            )
-            claimed.extend(to_json(row) for row in rows)
-    return claimed
-
-
 async def claim(
     store: Store,
     notifier: Notifier,
@@ -189,26 +159,25 @@ async def claim(
     clock: Callable[[], datetime],
     lease_s: float = LEASE_S,
     recheck_s: float = IDLE_RECHECK_S,
+    gone: asyncio.Event | None = None,
 ) -> list[dict[str, Any]]:
     """Long-poll: return as soon as anything is claimable (up to the worker's free
-    capacity), or an empty list after ``min(timeout_s ?? 20, 20)`` seconds."""
+    capacity), or an empty list after ``min(timeout_s ?? 20, 20)`` seconds. Own queues
+    first; an idle worker may then steal from pool siblings (:mod:`.claims`)."""
     worker = await _worker(store, caller, worker_id)
     wait = max(0.0, min(MAX_CLAIM_WAIT_S if timeout_s is None else timeout_s, MAX_CLAIM_WAIT_S))
     limit = worker.max_invocations if max_count is None else max(0, max_count)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    async with store.read() as conn:
-        queue_ids = [q["id"] for q in await worker_store.subscribed_queues(conn, worker.id)]
-    with notifier.listen(queue_ids) as woken:
-        while True:
-            woken.clear()
-            claimed = await _claim_once(store, worker, limit, clock(), lease_s)
-            remaining = deadline - loop.time()
-            if claimed or remaining <= 0 or limit == 0:
-                return claimed
-            recheck = recheck_s + random.uniform(0, 0.5)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=min(recheck, remaining))
+    return await claims.long_poll(
+        store,
+        notifier,
+        worker,
+        wait_s=wait,
+        limit=limit,
+        clock=clock,
+        lease_s=lease_s,
+        recheck_s=recheck_s,
+        gone=gone,
+    )
 
 
 async def heartbeat(
@@ -263,6 +232,20 @@ async def fail(
         raise _not_held(invocation_id)
     notifier.notify([stream_key(invocation_id)])
     return to_json(row)
+
+
+async def bye(
+    store: Store, notifier: Notifier, caller: Principal, worker_id: str, now: datetime
+) -> dict[str, Any]:
+    """A worker leaving: its row goes (it may say hello again) and whatever it still holds
+    is handed back to its queue at once, without spending an attempt."""
+    worker = await _worker(store, caller, worker_id)
+    async with store.write() as conn:
+        queue_ids = await inv_store.hand_back(conn, worker.id, now)
+        await worker_store.remove(conn, worker.id)
+        await wakeups.publish(conn, queue_ids)
+    notifier.notify(queue_ids)
+    return {"released": len(queue_ids)}
 
 
 def _not_held(invocation_id: str) -> Conflict:

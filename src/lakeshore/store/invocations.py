@@ -265,6 +265,25 @@ async def reap_expired(
     return counts
 
 
+async def hand_back(conn: AsyncConnection, worker_id: str, now: datetime) -> list[str]:
+    """Return the worker's running invocations to pending, claimable now, their attempt
+    not counted (the worker stopped; the function did not fail). One queue id per
+    invocation handed back."""
+    done = await conn.execute(
+        update(invocations)
+        .where(C.worker_id == worker_id, C.state == "running")
+        .values(
+            state="pending",
+            worker_id=None,
+            lease_expires_at=None,
+            available_at=now,
+            attempts=C.attempts - 1,
+        )
+        .returning(C.queue_id)
+    )
+    return [str(queue_id) for queue_id in done.scalars()]
+
+
 async def running_count(conn: AsyncConnection, worker_id: str) -> int:
     query = select(func.count()).where(C.worker_id == worker_id, C.state == "running")
     return int((await conn.execute(query)).scalar_one())

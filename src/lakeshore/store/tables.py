@@ -220,6 +220,21 @@ elasticity_events = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     # the feed: newest first, per queue or pool, optionally without noops
     Index(None, "namespace_id", "queue_name", "id"),
+    Index(
+        "ix_elasticity_events_scale_feed",
+        "namespace_id",
+        "queue_name",
+        "id",
+        sqlite_where=text("action <> 'tick_noop'"),
+        postgresql_where=text("action <> 'tick_noop'"),
+    ),
+    # pruning old no-ops
+    Index(
+        "ix_elasticity_events_noop_age",
+        "created_at",
+        sqlite_where=text("action = 'tick_noop'"),
+        postgresql_where=text("action = 'tick_noop'"),
+    ),
 )
 
 controller_state = Table(
@@ -248,6 +263,12 @@ launches = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("expires_at", UTCDateTime(), nullable=False),
     Column("resolved_at", UTCDateTime(), nullable=True),
+    Column("body", Json, nullable=True),  # what the provider was asked to start
+    Column("token_id", ID, nullable=True),  # the worker token minted for this launch
+    Column("terminated_at", UTCDateTime(), nullable=True),
+    Column("terminate_error", Text, nullable=True),
     # in_flight per queue or pool
     Index(None, "namespace_id", "scope", "state"),
+    Index(None, "worker_id"),
+    Index(None, "namespace_id", "provider_name", "id"),  # a provider's launches
 )

@@ -6,12 +6,30 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, delete, insert, select, update
+from sqlalchemy import (
+    RowMapping,
+    delete,
+    false,
+    func,
+    insert,
+    select,
+    true,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.store.tables import queues, retired_workers, worker_queues, workers
+from lakeshore.store.tables import (
+    invocations,
+    launches,
+    queues,
+    retired_workers,
+    worker_queues,
+    workers,
+)
 
 W = workers.c
+_DISPATCHING = ("active", "draining")
 
 
 async def is_retired(conn: AsyncConnection, worker_id: str) -> bool:
@@ -41,8 +59,18 @@ async def upsert(
         await conn.execute(insert(worker_queues), rows)
 
 
-async def touch(conn: AsyncConnection, worker_id: str, now: datetime) -> None:
-    await conn.execute(update(workers).where(W.id == worker_id).values(last_seen_at=now))
+async def touch(conn: AsyncConnection, worker_id: str, now: datetime) -> bool | None:
+    """Mark the worker seen; True if it is retiring (it may claim nothing more), None if
+    its row is gone.
+
+    The update locks the worker's row for the rest of the transaction, so a claim and the
+    controller's retire check of the same worker never interleave.
+    """
+    done = await conn.execute(
+        update(workers).where(W.id == worker_id).values(last_seen_at=now).returning(W.retiring)
+    )
+    retiring = done.scalar_one_or_none()
+    return None if retiring is None else bool(retiring)
 
 
 async def subscribed_queues(conn: AsyncConnection, worker_id: str) -> list[RowMapping]:
@@ -63,9 +91,121 @@ async def subscribed_queues(conn: AsyncConnection, worker_id: str) -> list[RowMa
     return list((await conn.execute(query)).mappings())
 
 
+async def claimable_queues(
+    conn: AsyncConnection, worker_id: str, namespace_id: str
+) -> list[RowMapping]:
+    """The worker's own dispatching queues and their pool siblings, in one query.
+
+    A sibling is a dispatching (active or draining) queue of the worker's namespace that
+    the worker does not subscribe to and whose ``pool`` is the pool of one of the
+    worker's own dispatching queues. Each row has what claims need plus ``elasticity``
+    (for the sibling's ``match`` and the own queues' ``steal_delay_s``) and ``own``
+    (truthy for the worker's own queues). Own queues come first, each group by name.
+
+    Both halves start from an index (the worker's memberships; queues by state and
+    pool), so the cost follows the worker's queues and pools, not the namespace's size.
+    """
+    q = queues.c
+    columns = (q.id, q.name, q.kind, q.kind_params, q.admission, q.state, q.pool, q.elasticity)
+    membership = select(worker_queues.c.queue_id).where(worker_queues.c.worker_id == worker_id)
+    own = (
+        select(*columns, true().label("own"))
+        .select_from(worker_queues.join(queues, q.id == worker_queues.c.queue_id))
+        .where(worker_queues.c.worker_id == worker_id, q.state.in_(_DISPATCHING))
+    )
+    mine = queues.alias("mine")  # the worker's own queues again, for their pools
+    own_pools = (
+        select(mine.c.pool)
+        .select_from(worker_queues.join(mine, mine.c.id == worker_queues.c.queue_id))
+        .where(
+            worker_queues.c.worker_id == worker_id,
+            mine.c.state.in_(_DISPATCHING),
+            mine.c.pool.is_not(None),
+        )
+    )
+    siblings = select(*columns, false().label("own")).where(
+        q.state.in_(_DISPATCHING),
+        q.pool.in_(own_pools.scalar_subquery()),
+        q.namespace_id == namespace_id,
+        q.id.not_in(membership.scalar_subquery()),
+    )
+    both = union_all(own, siblings).subquery("claimable")
+    query = select(both).order_by(both.c.own.desc(), both.c.name)
+    return list((await conn.execute(query)).mappings())
+
+
+async def idle_since(conn: AsyncConnection, worker_id: str) -> datetime | None:
+    """When the worker last finished an invocation, or registered if that is later (or it
+    never finished one); None if it is gone. Says nothing of what it runs right now:
+    a worker holding a running invocation is busy, whatever this returns.
+
+    Finished rows keep their ``worker_id`` (succeeded, failed for good, cancelled while
+    held); a failure sent back for a retry clears it, so such an attempt leaves no mark.
+    """
+    last_finished = (
+        select(func.max(invocations.c.finished_at))
+        .where(invocations.c.worker_id == worker_id)
+        .scalar_subquery()
+    )
+    query = select(W.created_at, last_finished.label("last_finished")).where(W.id == worker_id)
+    row = (await conn.execute(query)).first()
+    if row is None:
+        return None
+    created: datetime = row[0]
+    finished: datetime | None = row[1]
+    return created if finished is None else max(created, finished)
+
+
+async def remove(conn: AsyncConnection, worker_id: str) -> None:
+    await conn.execute(delete(workers).where(W.id == worker_id))
+
+
 async def drop_silent(conn: AsyncConnection, cutoff: datetime) -> list[str]:
     """Remove workers not seen since ``cutoff`` (their leases expire on their own)."""
     gone = list((await conn.execute(select(W.id).where(W.last_seen_at < cutoff))).scalars())
     if gone:
         await conn.execute(delete(workers).where(W.id.in_(gone)))
     return gone
+
+
+async def list_for_namespace(
+    conn: AsyncConnection, namespace_id: str, queue_id: str | None = None
+) -> list[dict[str, Any]]:
+    """A namespace's workers (optionally those serving one queue) with their queue names,
+    running invocations and launch, oldest first."""
+    running = (
+        select(invocations.c.worker_id, func.count().label("n"))
+        .where(invocations.c.state == "running")
+        .group_by(invocations.c.worker_id)
+        .subquery()
+    )
+    query = (
+        select(workers, func.coalesce(running.c.n, 0).label("running"))
+        .outerjoin(running, running.c.worker_id == W.id)
+        .where(W.namespace_id == namespace_id)
+        .order_by(W.created_at, W.id)
+    )
+    if queue_id is not None:
+        member = select(worker_queues.c.worker_id).where(worker_queues.c.queue_id == queue_id)
+        query = query.where(W.id.in_(member))
+    rows = [dict(row) for row in (await conn.execute(query)).mappings()]
+    ids = [row["id"] for row in rows]
+    names: dict[str, list[str]] = {worker_id: [] for worker_id in ids}
+    providers: dict[str, str] = {}
+    if ids:
+        memberships = (
+            select(worker_queues.c.worker_id, queues.c.name)
+            .join(queues, queues.c.id == worker_queues.c.queue_id)
+            .where(worker_queues.c.worker_id.in_(ids))
+            .order_by(queues.c.name)
+        )
+        for worker_id, name in (await conn.execute(memberships)).all():
+            names[worker_id].append(name)
+        launched = select(launches.c.worker_id, launches.c.provider_name).where(
+            launches.c.worker_id.in_(ids)
+        )
+        providers = {wid: name for wid, name in (await conn.execute(launched)).all()}
+    for row in rows:
+        row["queues"] = names[row["id"]]
+        row["provider"] = providers.get(row["id"])
+    return rows

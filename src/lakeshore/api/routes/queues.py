@@ -61,7 +61,9 @@ async def list_queues(
     dependencies=[JsonOnly],
 )
 async def create_queue(ns: InNamespace, state: State, body: RawBody) -> dict[str, Any]:
-    queue = await queue_service.create(state.store, ns, body, state.clock())
+    queue = await queue_service.create(
+        state.store, ns, body, state.clock(), scalers=state.controller.scalers
+    )
     return queue.to_json()
 
 
@@ -77,7 +79,9 @@ async def get_queue(name: str, ns: InNamespace, state: State) -> dict[str, Any]:
     dependencies=[JsonOnly],
 )
 async def patch_queue(name: str, ns: InNamespace, state: State, body: RawBody) -> dict[str, Any]:
-    queue = await queue_service.patch(state.store, ns, name, body, state.clock())
+    queue = await queue_service.patch(
+        state.store, ns, name, body, state.clock(), scalers=state.controller.scalers
+    )
     return queue.to_json()
 
 

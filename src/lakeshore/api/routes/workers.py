@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from lakeshore.api.deps import Caller, State
@@ -42,23 +43,43 @@ async def hello(state: State, caller: Caller, body: Annotated[Any, Body()]) -> d
     )
 
 
+async def _watch_hangup(request: Request, gone: asyncio.Event) -> None:
+    """Set ``gone`` when the client disconnects (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
 @router.post("/{worker_id}/claim", summary="Long-poll for invocations (at most 20 s)")
 async def claim(
-    worker_id: str, state: State, caller: Caller, body: ClaimIn | None = None
+    worker_id: str, request: Request, state: State, caller: Caller, body: ClaimIn | None = None
 ) -> dict[str, Any]:
-    request = body or ClaimIn()
-    claimed = await worker_service.claim(
-        state.store,
-        state.notifier,
-        caller,
-        worker_id,
-        timeout_s=request.timeout_s,
-        max_count=request.max,
-        clock=state.clock,
-        lease_s=state.settings.lease_s,
-        recheck_s=state.settings.claim_recheck_s,
-    )
+    wanted = body or ClaimIn()
+    gone = asyncio.Event()
+    watcher = asyncio.create_task(_watch_hangup(request, gone))
+    try:
+        claimed = await worker_service.claim(
+            state.store,
+            state.notifier,
+            caller,
+            worker_id,
+            timeout_s=wanted.timeout_s,
+            max_count=wanted.max,
+            clock=state.clock,
+            lease_s=state.settings.lease_s,
+            recheck_s=state.settings.claim_recheck_s,
+            gone=gone,
+        )
+    finally:
+        watcher.cancel()
     return {"invocations": claimed}
+
+
+@router.post("/{worker_id}/bye", summary="Leave: hand back what the worker holds")
+async def bye(worker_id: str, state: State, caller: Caller) -> dict[str, Any]:
+    return await worker_service.bye(state.store, state.notifier, caller, worker_id, state.clock())
 
 
 @router.post("/{worker_id}/heartbeat", summary="Extend the leases the worker holds")

@@ -1,0 +1,144 @@
+"""``lakeshore queues events|explain``, ``lakeshore pools events`` and ``lakeshore controller
+tick``: what the elasticity controller decided, and why."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from lakeshore.cli import context, output
+
+Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
+Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Include tick_noop decisions (every tick).")
+]
+Follow = Annotated[
+    bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")
+]
+Limit = Annotated[int, typer.Option(min=1, max=500, help="How many events to show.")]
+FOLLOW_EVERY_S = 2.0
+
+pools = typer.Typer(help="Shared pools: queues that scale as one.", no_args_is_help=True)
+controller = typer.Typer(help="The elasticity controller.", no_args_is_help=True)
+
+
+def _row(event: dict[str, Any]) -> list[Any]:
+    before = event.get("before") or {}
+    return [
+        event["createdAt"][:19].replace("T", " "),
+        event["scope"],
+        event["action"],
+        "/".join(str(before.get(k, "")) for k in ("daemon_count", "in_flight", "pending")),
+        event["reason"],
+    ]
+
+
+COLUMNS = ["when (UTC)", "scope", "action", "daemons/in flight/pending", "reason"]
+
+
+def _show(
+    cli: context.CliContext, path: str, verbose: bool, follow: bool, limit: int, as_json: bool
+) -> None:
+    params: dict[str, Any] = {"verbose": verbose, "limit": limit}
+    page = cli.client.request("GET", path, params=params)
+    events = list(reversed(page["events"]))  # oldest first, like a log
+    if as_json and not follow:
+        output.print_json(page)
+        return
+    if not follow:
+        if not events:
+            output.note("no events yet" + ("" if verbose else " (add --verbose for no-ops)"))
+        output.table(COLUMNS, [_row(e) for e in events])
+        return
+    last = events[-1]["id"] if events else 0
+    for event in events:
+        output.console.print(" · ".join(str(c) for c in _row(event)), markup=False)
+    try:
+        while True:
+            time.sleep(FOLLOW_EVERY_S)
+            newer = cli.client.request("GET", path, params={**params, "since": last})
+            for event in reversed(newer["events"]):
+                output.console.print(" · ".join(str(c) for c in _row(event)), markup=False)
+                last = max(last, event["id"])
+    except KeyboardInterrupt:
+        return
+
+
+def queue_events(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Queue name.", show_default=False)],
+    verbose: Verbose = False,
+    follow: Follow = False,
+    limit: Limit = 20,
+    as_json: Json = False,
+) -> None:
+    """Show a queue's scale decisions (and its pool's), oldest first."""
+    cli = context.get(ctx)
+    _show(cli, cli.ns_path("queues", name, "events"), verbose, follow, limit, as_json)
+
+
+def explain(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Queue name.", show_default=False)],
+    as_json: Json = False,
+) -> None:
+    """Why did (or didn't) the queue scale? The latest decision, its rule and signals, and
+    what would have to change."""
+    cli = context.get(ctx)
+    data = cli.client.request("GET", cli.ns_path("queues", name, "explain"))
+    if as_json:
+        output.print_json(data)
+        return
+    now, policy, latest = data["now"], data["policy"], data["latest"]
+    bounds = f"min {policy['min']}, max {'unset' if policy['max'] is None else policy['max']}"
+    lines = [
+        f"queue {data['queue']} ({data['state']}), ticked as {data['scope']}",
+        f"policy: {policy['kind']}, {bounds}; provider: {data['provider'] or 'none'}",
+        f"now: {now['daemonCount']} daemons, {now['inFlight']} launching, "
+        f"{now['pending']} pending, {now['running']} running, "
+        f"utilization {now['utilization']:.2f}",
+    ]
+    if latest is not None:
+        lines += [
+            f"latest decision ({data['ageSeconds']:g} s ago): {latest['action']}",
+            f"  reason: {latest['reason']}",
+            f"  rule: {latest['rule']}",
+        ]
+    lines.append(f"why: {data['why']}")
+    for line in lines:
+        output.console.print(line, markup=False, highlight=False)
+
+
+@pools.command("events")
+def pool_events(
+    ctx: typer.Context,
+    pool: Annotated[str, typer.Argument(help="Pool name.", show_default=False)],
+    verbose: Verbose = False,
+    follow: Follow = False,
+    limit: Limit = 20,
+    as_json: Json = False,
+) -> None:
+    """Show a pool's scale decisions, oldest first."""
+    cli = context.get(ctx)
+    _show(cli, cli.ns_path("pools", pool, "events"), verbose, follow, limit, as_json)
+
+
+@controller.command("tick")
+def tick(ctx: typer.Context, as_json: Json = False) -> None:
+    """Run one elasticity tick now (admin token) and show its decisions."""
+    cli = context.get(ctx)
+    data = cli.client.request("POST", "/v1/admin/elasticity/tick")
+    if as_json:
+        output.print_json(data)
+        return
+    rows = [[d["namespace"], d["scope"], d["action"], d["reason"]] for d in data["decisions"]]
+    if not rows:
+        output.note("no active queues to tick")
+    output.table(["namespace", "scope", "action", "reason"], rows)
+
+
+def register(queues: typer.Typer) -> None:
+    queues.command("events")(queue_events)
+    queues.command("explain")(explain)

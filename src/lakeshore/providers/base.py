@@ -1,0 +1,156 @@
+"""The provider protocol, the kinds a registration may name, and their configs.
+
+``launch(request)`` starts one daemon and returns a JSON *handle* (what ``terminate``
+needs later: a pid, a pod name, an instance id); ``terminate(handle)`` stops it. Both may
+raise :class:`LaunchError` with a message for the audit row; anything else they raise is
+reported the same way by the controller, which also bounds every call in time.
+
+Kinds: ``fake`` records requests and launches nothing (dry runs, tests); ``ssh`` and
+``slurm`` can be registered and refuse every launch with a clear reason, as the reference
+pages say. ``local``, ``kube``, ``ec2`` and ``gce`` are the real providers.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from lakeshore import __version__
+from lakeshore.domain.fleet import LaunchBody
+from lakeshore.domain.validation import invalid_input
+from lakeshore.errors import InvalidInput
+
+DEFAULT_LAUNCH_TTL_S: Final = 15.0
+"""How long a launch counts as in flight when its daemon never says hello."""
+
+
+class LaunchError(Exception):
+    """A provider could not launch or terminate; the message goes into the audit row."""
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One daemon to start: who it is, where it reports, what it serves."""
+
+    launch_id: str
+    namespace: str
+    scope: str  # the queue's name, or "pool:<name>"
+    server_url: str
+    token: str | None  # a worker token minted for this launch
+    body: LaunchBody
+
+    def daemon_args(self) -> list[str]:
+        """``lakeshore daemon run`` arguments for this launch (its URL and token go by
+        environment: ``daemon_env``). Cloud tags become daemon tags ``key:value``."""
+        args = ["daemon", "run", "--launch-id", self.launch_id]
+        args += ["--capacity", str(self.body.capacity)]
+        for queue in self.body.queues:
+            args += ["--queue", queue]
+        for runner in self.body.runners:
+            args += ["--runner", runner]
+        for key, value in sorted(self.body.cloud_tags.items()):
+            args += ["--tag", f"{key}:{value}"]
+        return args
+
+    def daemon_env(self) -> dict[str, str]:
+        """What the daemon reads from its environment: where the server is, its token, and
+        its namespace."""
+        env = {"LAKESHORE_URL": self.server_url, "LAKESHORE_NAMESPACE": self.namespace}
+        if self.token:
+            env["LAKESHORE_TOKEN"] = self.token
+        return env
+
+    def labels(self) -> dict[str, str]:
+        """What a provider tags its instance or pod with, to find it again."""
+        return {
+            "lakeshore-launch-id": self.launch_id,
+            "lakeshore-namespace": self.namespace,
+            "lakeshore-scope": self.scope,
+        }
+
+    def startup_script(self, install_command: str) -> str:
+        """A bash script for a fresh machine (EC2 user-data, a GCE startup script): the
+        template's bootstrap script, its setup commands in order, the install command,
+        then the daemon in the foreground. Any failing step stops the script."""
+        lines = ["#!/bin/bash", "set -euo pipefail"]
+        if self.body.bootstrap_script:
+            lines.append(self.body.bootstrap_script)
+        lines.extend(self.body.setup_commands)
+        lines.append(install_command)
+        lines.extend(
+            f"export {key}={shlex.quote(value)}" for key, value in self.daemon_env().items()
+        )
+        lines.append("exec " + shlex.join(["lakeshore", *self.daemon_args()]))
+        return "\n".join(lines) + "\n"
+
+
+def default_install_command() -> str:
+    """How a fresh machine installs this very version of Lakeshore."""
+    return f"python3 -m pip install --quiet 'lakeshore=={__version__}'"
+
+
+class Provider(Protocol):
+    name: str
+    kind: str
+    launch_ttl_s: float
+
+    async def launch(self, request: LaunchRequest) -> dict[str, Any]: ...
+
+    async def terminate(self, handle: Mapping[str, Any], worker_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Kind:
+    config: type[BaseModel]
+    factory: Callable[[str, Any], Provider]
+    admin_only: bool = False  # runs code on the server's own machine
+
+
+KINDS: dict[str, Kind] = {}
+
+
+def register(kind: str, spec: Kind) -> None:
+    KINDS[kind] = spec
+
+
+def parse_config(kind: str, config: Any) -> BaseModel:
+    """Validate a registration's config for its kind (422 naming the field)."""
+    spec = KINDS.get(kind)
+    if spec is None:
+        raise InvalidInput(
+            f'unknown provider kind "{kind}"; expected one of {", ".join(sorted(KINDS))}',
+            field="kind",
+        )
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise InvalidInput("config is a JSON object", field="config")
+    try:
+        return spec.config.model_validate(config)
+    except ValidationError as exc:
+        raise invalid_input(exc, prefix=("config",)) from exc
+
+
+def build(name: str, kind: str, config: Any) -> Provider:
+    """The provider a stored registration describes."""
+    parsed = parse_config(kind, config)
+    return KINDS[kind].factory(name, parsed)
+
+
+# each module registers its kinds with ``install()``; clients are imported lazily inside
+# the providers, so the server starts without loading every cloud SDK
+_MODULES = ("fake", "unsupported")
+
+
+def _install() -> None:
+    import importlib
+
+    for name in _MODULES:
+        importlib.import_module(f"lakeshore.providers.{name}").install()
+
+
+_install()

@@ -1,0 +1,223 @@
+"""Claims: a worker's long-poll, served from its own queues first, then — when those are
+empty and the worker is idle — from the pool siblings it may steal from.
+
+Work-stealing is a poll-time decision; the controller is not involved. The rules:
+
+* A *sibling* is a queue of the worker's namespace that shares an ``elasticity.pool``
+  with one of the worker's own queues and dispatches (active or draining). "Own queues"
+  are the worker's subscribed queues that dispatch, as for ordinary claims; a paused or
+  archived own queue lends its pool nothing.
+* The sibling's ``elasticity.match`` gates: every ``match.tags`` value must be among the
+  worker's tags and every ``match.runners`` value among its runners. No match: anyone.
+* Only an idle worker steals: it holds no running invocation, its own queues gave it
+  nothing on this claim, and it has been idle at least ``steal_delay_s`` — the largest
+  ``elasticity.steal_delay_s`` over its own queues (unset counts as 0). Idle since = its
+  latest finished invocation, or its registration if that is later or it finished none
+  (see :func:`lakeshore.store.workers.idle_since`).
+* Stolen work is leased exactly like own work: same lease, the sibling's discipline, the
+  sibling's ``deadline_cutoff_s`` applied first. Siblings are tried by name.
+
+Time comes from the caller's clock only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.errors import Gone, NotFound
+from lakeshore.services.invocations import to_json
+from lakeshore.services.notify import Notifier
+from lakeshore.store import invocations as inv_store
+from lakeshore.store import workers as worker_store
+from lakeshore.store.engine import Store
+
+MIN_PAUSE_S = 0.05  # never re-check sooner than this (a steal delay about to end)
+RETIRING_RECHECK_S = 0.5  # a worker being retired learns of it (410) this soon
+
+
+def worker_key(worker_id: str) -> str:
+    """The notifier key a worker's waiting claim listens on for its own retirement."""
+    return f"worker:{worker_id}"
+
+
+class ClaimingWorker(Protocol):
+    """What a claim needs to know of the worker (``services.workers.WorkerRef``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def namespace_id(self) -> str: ...
+
+    @property
+    def max_invocations(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The worker's tags and runners: what a sibling's ``match`` is checked against."""
+
+    tags: frozenset[str] = frozenset()
+    runners: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, row: RowMapping | None) -> Reach:
+        if row is None:
+            return cls()
+        return cls(tags=frozenset(row["tags"] or ()), runners=frozenset(row["runners"] or ()))
+
+    def admits(self, queue: RowMapping) -> bool:
+        """Whether the queue's ``elasticity.match`` lets this worker steal from it."""
+        match = (queue["elasticity"] or {}).get("match") or {}
+        return (
+            set(match.get("tags") or ()) <= self.tags
+            and set(match.get("runners") or ()) <= self.runners
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One look for work: what was leased, and — when only the steal delay stood in the
+    way — how many seconds until it has passed."""
+
+    claimed: list[dict[str, Any]] = field(default_factory=list)
+    steal_in_s: float | None = None
+    retiring: bool = False  # the controller is stopping this worker: stop waiting
+
+
+def steal_delay_s(own: Iterable[RowMapping]) -> float:
+    """The largest ``elasticity.steal_delay_s`` over the worker's own queues (unset: 0)."""
+    delays = [((q["elasticity"] or {}).get("steal_delay_s") or 0) for q in own]
+    return float(max(delays, default=0))
+
+
+async def _lease(
+    conn: AsyncConnection,
+    queues: Sequence[RowMapping],
+    worker_id: str,
+    free: int,
+    now: datetime,
+    lease_s: float,
+) -> list[dict[str, Any]]:
+    """Lease up to ``free`` invocations from ``queues`` in turn, each by its discipline."""
+    claimed: list[dict[str, Any]] = []
+    for queue in queues:
+        if free - len(claimed) <= 0:
+            break
+        cutoff = (queue["admission"] or {}).get("deadline_cutoff_s")
+        if cutoff is not None:
+            await inv_store.expire_overdue(conn, queue["id"], cutoff, now)
+        rows = await inv_store.claim(
+            conn,
+            queue_id=queue["id"],
+            kind=queue["kind"],
+            worker_id=worker_id,
+            limit=free - len(claimed),
+            now=now,
+            lease_s=lease_s,
+            temperature=(queue["kind_params"] or {}).get("temperature"),
+        )
+        claimed.extend(to_json(row) for row in rows)
+    return claimed
+
+
+async def _steal_wait_s(
+    conn: AsyncConnection, worker_id: str, delay_s: float, now: datetime
+) -> float:
+    """Seconds the (idle) worker must still wait before it may steal; 0 when it may."""
+    if delay_s <= 0:
+        return 0.0
+    since = await worker_store.idle_since(conn, worker_id)
+    if since is None:
+        return delay_s  # the worker is gone
+    return max(0.0, delay_s - (now - since).total_seconds())
+
+
+async def claim_once(
+    store: Store, worker: ClaimingWorker, reach: Reach, limit: int, now: datetime, lease_s: float
+) -> Attempt:
+    """Lease what the worker may take now: its own queues first; stolen work only when
+    those gave nothing and the worker is idle (see the module's rules)."""
+    async with store.write() as conn:
+        seen = await worker_store.touch(conn, worker.id, now)
+        if seen is None:  # retired (or dropped) while this claim waited
+            if await worker_store.is_retired(conn, worker.id):
+                raise Gone(f'worker "{worker.id}" was retired', field="id")
+            raise NotFound(f'worker "{worker.id}" not found; say hello first', field="id")
+        if seen:
+            # the controller is stopping it: nothing more, and a quick re-check so the
+            # waiting claim answers 410 as soon as the retirement is done
+            return Attempt(retiring=True)
+        running = await inv_store.running_count(conn, worker.id)
+        free = min(limit, worker.max_invocations - running)
+        if free <= 0:
+            return Attempt()
+        queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
+        own = [q for q in queues if q["own"]]
+        claimed = await _lease(conn, own, worker.id, free, now, lease_s)
+        if claimed or running:
+            return Attempt(claimed)  # only an idle worker steals
+        siblings = [q for q in queues if not q["own"] and reach.admits(q)]
+        if not siblings:
+            return Attempt()
+        wait_s = await _steal_wait_s(conn, worker.id, steal_delay_s(own), now)
+        if wait_s > 0:
+            return Attempt(steal_in_s=wait_s)
+        return Attempt(await _lease(conn, siblings, worker.id, free, now, lease_s))
+
+
+async def long_poll(
+    store: Store,
+    notifier: Notifier,
+    worker: ClaimingWorker,
+    *,
+    wait_s: float,
+    limit: int,
+    clock: Callable[[], datetime],
+    lease_s: float,
+    recheck_s: float,
+    gone: asyncio.Event | None = None,
+) -> list[dict[str, Any]]:
+    """Return as soon as anything is claimable (up to ``limit``), or an empty list after
+    ``wait_s``. Submits to the worker's own queues and to the siblings it may steal from
+    wake it; so does the end of its steal delay, when that is all that kept it waiting."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    async with store.read() as conn:
+        reach = Reach.of(await worker_store.get(conn, worker.id))
+        queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
+    watched = [q["id"] for q in queues if q["own"] or reach.admits(q)]
+    watched.append(worker_key(worker.id))  # the controller retiring it
+    with notifier.listen(watched) as woken:
+        while True:
+            woken.clear()
+            if gone is not None and gone.is_set():
+                return []  # the caller hung up: lease nothing it cannot receive
+            attempt = await claim_once(store, worker, reach, limit, clock(), lease_s)
+            remaining = deadline - loop.time()
+            if attempt.claimed or remaining <= 0 or limit == 0:
+                return attempt.claimed
+            pause = recheck_s + random.uniform(0, 0.5)
+            if attempt.steal_in_s is not None:
+                pause = min(pause, max(attempt.steal_in_s, MIN_PAUSE_S))
+            if attempt.retiring:
+                pause = RETIRING_RECHECK_S
+            events = [woken] if gone is None else [woken, gone]
+            await _wait_any(events, min(pause, remaining))
+
+
+async def _wait_any(events: list[asyncio.Event], seconds: float) -> None:
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

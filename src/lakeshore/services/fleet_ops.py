@@ -1,0 +1,196 @@
+"""Launching and retiring one daemon: the paths the controller and the manual fleet
+commands (``lakeshore daemon launch|kill``) share.
+
+A launch mints the daemon's own worker token, records the launch in flight (before the
+provider is called, so a crash mid-call still holds the slot until its TTL), calls the
+provider within a time-out, and keeps its handle or fails the launch (freeing the slot and
+revoking the token). A retirement marks the worker retiring in the transaction that
+checks it holds nothing, asks its provider to stop it, then removes its row, refuses its
+id from then on, revokes its launch's token and wakes its waiting claim (410).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+from lakeshore.domain import fleet, tokens
+from lakeshore.domain.ids import new_id
+from lakeshore.domain.queue import DaemonTemplate
+from lakeshore.providers import LaunchRequest, Provider, build
+from lakeshore.services.claims import worker_key
+from lakeshore.services.notify import Notifier
+from lakeshore.store import controller as ctl_store
+from lakeshore.store import launches as launch_store
+from lakeshore.store import namespaces as ns_store
+from lakeshore.store import wakeups
+from lakeshore.store.engine import Store
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A launch's outcome: its id (once recorded), and the failure if it failed."""
+
+    launch_id: str | None
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A retirement's outcome: ``status`` is retired, busy or gone; ``failure`` says why a
+    provider could not stop it (the worker then stays, no longer retiring)."""
+
+    status: str
+    failure: str | None = None
+
+
+class FleetOps:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock,
+        server_url: str,
+        call_timeout_s: float,
+        notifier: Notifier,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.server_url = server_url
+        self.call_timeout_s = call_timeout_s
+        self.notifier = notifier
+
+    async def call(self, provider: Provider, what: str, call: Callable[[], Any]) -> Any:
+        """The call's result, or a failure message (an exception or a time-out)."""
+        try:
+            return await asyncio.wait_for(call(), timeout=self.call_timeout_s)
+        except TimeoutError:
+            return (
+                f'{what} failed: provider "{provider.name}" did not answer within '
+                f"{self.call_timeout_s:g} s"
+            )
+        except Exception as exc:
+            return f"{what} failed: {exc or type(exc).__name__}"
+
+    async def launch(
+        self,
+        *,
+        namespace_id: str,
+        namespace: str,
+        scope: str,
+        provider_name: str,
+        registration: RowMapping | None,
+        template: DaemonTemplate | None,
+        membership: Sequence[str],
+    ) -> Launched:
+        """Launch one daemon for ``scope`` through ``provider_name``."""
+        if registration is None:
+            return Launched(
+                None, f'provider "{provider_name}" is not registered in namespace "{namespace}"'
+            )
+        try:
+            provider = build(provider_name, registration["kind"], registration["config"])
+        except Exception as exc:
+            return Launched(None, f'provider "{provider_name}" is misconfigured: {exc}')
+        body = fleet.launch_body(template, membership)
+        launch_id, token, now = new_id("lch"), tokens.mint(), self.clock()
+        async with self.store.write() as conn:
+            await ns_store.insert_token(
+                conn,
+                id=token.id,
+                namespace_id=namespace_id,
+                kind="worker",
+                name=f"launch {launch_id}",
+                secret_hash=token.secret_hash,
+                now=now,
+            )
+            row = {
+                "id": launch_id,
+                "namespace_id": namespace_id,
+                "scope": scope,
+                "provider_name": provider_name,
+                "body": dataclasses.asdict(body),
+                "token_id": token.id,
+                "created_at": now,
+                "expires_at": now + timedelta(seconds=provider.launch_ttl_s),
+            }
+            await launch_store.record(conn, [row])
+        request = LaunchRequest(launch_id, namespace, scope, self.server_url, token.plaintext, body)
+        result = await self.call(provider, "launch", lambda: provider.launch(request))
+        async with self.store.write() as conn:
+            if isinstance(result, str):  # the slot is free again at once
+                await launch_store.resolve(
+                    conn, launch_id, state="failed", now=self.clock(), error=result
+                )
+                await ns_store.revoke_token(conn, token.id, self.clock())
+                return Launched(launch_id, result)
+            await launch_store.started(conn, launch_id, result)
+        return Launched(launch_id)
+
+    async def retire(
+        self,
+        *,
+        namespace_id: str,
+        worker_id: str,
+        reason: str,
+        registrations: dict[tuple[str, str], Any] | None = None,
+    ) -> Retired:
+        """Retire an idle worker: never one that holds a running invocation."""
+        async with self.store.write() as conn:
+            status = await ctl_store.retire_if_idle(conn, worker_id)
+            launch = await launch_store.for_worker(conn, worker_id)
+        if status != "retiring":
+            return Retired(status)
+        failure = await self._terminate(namespace_id, worker_id, launch, registrations or {})
+        async with self.store.write() as conn:
+            if failure is not None:
+                await ctl_store.unretire(conn, worker_id)
+                return Retired("busy", failure)
+            now = self.clock()
+            await ctl_store.retire(conn, worker_id, namespace_id, reason, now)
+            if launch is not None:
+                await launch_store.terminated(conn, launch["id"], now)
+                if launch["token_id"]:
+                    await ns_store.revoke_token(conn, launch["token_id"], now)
+            await wakeups.publish(conn, [worker_key(worker_id)])
+        self.notifier.notify([worker_key(worker_id)])  # its waiting claim answers 410
+        return Retired("retired")
+
+    async def _terminate(
+        self,
+        namespace_id: str,
+        worker_id: str,
+        launch: RowMapping | None,
+        registrations: dict[tuple[str, str], Any],
+    ) -> str | None:
+        """Ask the worker's provider to stop it; a failure message, or None.
+
+        A daemon started by hand (no launch record), or whose provider registration is
+        gone, has nothing to call: retiring it is enough, since its next claim or
+        heartbeat is refused (410) and it exits by itself.
+        """
+        if launch is None or launch["handle"] is None:
+            return None
+        name = launch["provider_name"]
+        registration = registrations.get((namespace_id, name))
+        if registration is None:
+            async with self.store.read() as conn:
+                registration = await ctl_store.registration(conn, namespace_id, name)
+        if registration is None:
+            return None
+        try:
+            provider = build(name, registration["kind"], registration["config"])
+        except Exception as exc:
+            return f"terminate failed: provider misconfigured: {exc}"
+        result = await self.call(
+            provider, "terminate", lambda: provider.terminate(launch["handle"], worker_id)
+        )
+        return result if isinstance(result, str) else None

@@ -1,0 +1,233 @@
+"""What one controller tick reads and writes, in a fixed number of queries.
+
+Whatever the number of queues, a tick reads: the active queues (with their namespaces),
+pending and running counts per queue, every subscribed worker with its running count,
+the in-flight launches and the persisted counters; and writes its audit rows and counters
+in one batch each. No query is issued per queue.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, RowMapping, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.domain.fleet import WorkerView
+from lakeshore.domain.queue import Queue
+from lakeshore.domain.scaling import Counters
+from lakeshore.store.rows import queue_from_row
+from lakeshore.store.tables import (
+    controller_state,
+    elasticity_events,
+    invocations,
+    namespaces,
+    providers,
+    queues,
+    retired_workers,
+    worker_queues,
+    workers,
+)
+
+INV = invocations.c
+W = workers.c
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    queues: list[tuple[str, Queue]]  # (namespace name, queue)
+    pending: dict[str, int]  # queue id → pending
+    running: dict[str, int]  # queue id → running leases
+    workers: dict[str, list[WorkerView]]  # queue id → subscribed workers
+    capacity: dict[str, int]  # worker id → max invocations
+    counters: dict[tuple[str, str], Counters]  # (namespace id, scope) → counters
+
+
+async def active_queues(conn: AsyncConnection, node_id: str | None) -> list[tuple[str, Queue]]:
+    """Active queues this server ticks: unpinned ones, and those pinned to ``node_id``."""
+    pinned: ColumnElement[bool] = queues.c.server_node_id.is_(None)
+    if node_id is not None:
+        pinned = or_(pinned, queues.c.server_node_id == node_id)
+    query = (
+        select(queues, namespaces.c.name.label("namespace_name"))
+        .join(namespaces, namespaces.c.id == queues.c.namespace_id)
+        .where(queues.c.state == "active", pinned)
+        .order_by(queues.c.namespace_id, queues.c.created_at, queues.c.name)
+    )
+    rows = (await conn.execute(query)).mappings().all()
+    return [(row["namespace_name"], queue_from_row(row)) for row in rows]
+
+
+async def _counts(conn: AsyncConnection, state: str) -> dict[str, int]:
+    query = select(INV.queue_id, func.count()).where(INV.state == state).group_by(INV.queue_id)
+    return {queue_id: int(n) for queue_id, n in (await conn.execute(query)).all()}
+
+
+async def _workers(
+    conn: AsyncConnection,
+) -> tuple[dict[str, list[WorkerView]], dict[str, int]]:
+    running = (
+        select(INV.worker_id, func.count().label("n"))
+        .where(INV.state == "running")
+        .group_by(INV.worker_id)
+        .subquery()
+    )
+    query = (
+        select(
+            worker_queues.c.queue_id,
+            W.id,
+            W.tags,
+            W.cost_weight,
+            W.current_invocations,
+            W.last_seen_at,
+            W.max_invocations,
+            func.coalesce(running.c.n, 0),
+        )
+        .select_from(
+            worker_queues.join(workers, W.id == worker_queues.c.worker_id).outerjoin(
+                running, running.c.worker_id == W.id
+            )
+        )
+        .where(W.retiring.is_(False))
+    )
+    by_queue: dict[str, list[WorkerView]] = defaultdict(list)
+    capacity: dict[str, int] = {}
+    for queue_id, wid, tags, cost, current, seen, max_inv, n in (await conn.execute(query)).all():
+        by_queue[queue_id].append(
+            WorkerView(
+                id=wid,
+                tags=tuple(tags or ()),
+                cost_weight=cost,
+                current_invocations=current,
+                running=int(n),
+                last_seen_at=seen,
+            )
+        )
+        capacity[wid] = int(max_inv)
+    return dict(by_queue), capacity
+
+
+async def load_counters(conn: AsyncConnection) -> dict[tuple[str, str], Counters]:
+    s = controller_state.c
+    query = select(s.namespace_id, s.scope, s.consecutive_above, s.consecutive_below)
+    return {
+        (ns, scope): Counters(above=int(above), below=int(below))
+        for ns, scope, above, below in (await conn.execute(query)).all()
+    }
+
+
+async def snapshot(conn: AsyncConnection, node_id: str | None) -> Snapshot:
+    by_queue, capacity = await _workers(conn)
+    return Snapshot(
+        queues=await active_queues(conn, node_id),
+        pending=await _counts(conn, "pending"),
+        running=await _counts(conn, "running"),
+        workers=by_queue,
+        capacity=capacity,
+        counters=await load_counters(conn),
+    )
+
+
+async def save_counters(
+    conn: AsyncConnection, values: dict[tuple[str, str], Counters], now: datetime
+) -> None:
+    """Upsert the counters that changed (zeroed counters are deleted: the default)."""
+    s = controller_state.c
+    zero = [key for key, c in values.items() if c == Counters()]
+    rows = [
+        {
+            "namespace_id": ns,
+            "scope": scope,
+            "consecutive_above": c.above,
+            "consecutive_below": c.below,
+            "updated_at": now,
+        }
+        for (ns, scope), c in values.items()
+        if c != Counters()
+    ]
+    for ns, scope in zero:
+        await conn.execute(delete(controller_state).where(s.namespace_id == ns, s.scope == scope))
+    if rows:
+        dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        stmt = dialect_insert(controller_state)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["namespace_id", "scope"],
+            set_={
+                "consecutive_above": stmt.excluded.consecutive_above,
+                "consecutive_below": stmt.excluded.consecutive_below,
+                "updated_at": stmt.excluded.updated_at,
+            },
+        )
+        await conn.execute(stmt, rows)
+
+
+async def write_events(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    if rows:
+        await conn.execute(insert(elasticity_events), list(rows))
+
+
+async def prune_noops(conn: AsyncConnection, before: datetime) -> int:
+    """Delete no-op events older than ``before`` (decisions that acted are kept)."""
+    e = elasticity_events.c
+    done = await conn.execute(
+        delete(elasticity_events).where(e.action == "tick_noop", e.created_at < before)
+    )
+    return int(done.rowcount)
+
+
+async def retire_if_idle(conn: AsyncConnection, worker_id: str) -> str:
+    """Mark the worker retiring if it holds no running invocation: 'retiring', 'busy' or
+    'gone'. The worker's row is locked first, so a claim in progress finishes before the
+    check (and a later claim sees ``retiring`` and takes nothing)."""
+    lock = select(W.id, W.retiring).where(W.id == worker_id)
+    if conn.dialect.name == "postgresql":
+        lock = lock.with_for_update()
+    row = (await conn.execute(lock)).first()
+    if row is None:
+        return "gone"
+    busy = select(func.count()).where(INV.worker_id == worker_id, INV.state == "running")
+    if int((await conn.execute(busy)).scalar_one()) > 0:
+        return "busy"
+    await conn.execute(update(workers).where(W.id == worker_id).values(retiring=True))
+    return "retiring"
+
+
+async def unretire(conn: AsyncConnection, worker_id: str) -> None:
+    await conn.execute(update(workers).where(W.id == worker_id).values(retiring=False))
+
+
+async def retire(
+    conn: AsyncConnection, worker_id: str, namespace_id: str, reason: str, now: datetime
+) -> None:
+    """The worker's row goes and its id is refused at hello from now on."""
+    await conn.execute(delete(workers).where(W.id == worker_id))
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    await conn.execute(
+        dialect_insert(retired_workers)
+        .values(id=worker_id, namespace_id=namespace_id, retired_at=now, reason=reason)
+        .on_conflict_do_nothing()
+    )
+
+
+async def registrations(
+    conn: AsyncConnection, keys: set[tuple[str, str]]
+) -> dict[tuple[str, str], RowMapping]:
+    """Provider registrations by (namespace id, name), in one query."""
+    if not keys:
+        return {}
+    p = providers.c
+    query = select(providers).where(tuple_(p.namespace_id, p.name).in_(sorted(keys)))
+    return {
+        (row["namespace_id"], row["name"]): row for row in (await conn.execute(query)).mappings()
+    }
+
+
+async def registration(conn: AsyncConnection, namespace_id: str, name: str) -> RowMapping | None:
+    p = providers.c
+    query = select(providers).where(p.namespace_id == namespace_id, p.name == name)
+    return (await conn.execute(query)).mappings().first()

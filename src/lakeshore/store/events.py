@@ -1,0 +1,56 @@
+"""Reading the scale feed: a queue's or pool's elasticity events, newest first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import RowMapping, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.store.tables import controller_state, elasticity_events
+
+E = elasticity_events.c
+
+
+async def feed(
+    conn: AsyncConnection,
+    namespace_id: str,
+    scopes: Sequence[str],
+    *,
+    verbose: bool,
+    limit: int,
+    before_id: int | None = None,
+    after_id: int | None = None,
+) -> list[RowMapping]:
+    """Events of ``scopes`` (queue names and ``pool:<name>``), newest first; no-ops only
+    when ``verbose``. ``before_id`` pages back, ``after_id`` follows new ones."""
+    query = select(elasticity_events).where(
+        E.namespace_id == namespace_id, E.queue_name.in_(list(scopes))
+    )
+    if not verbose:
+        query = query.where(E.action != "tick_noop")
+    if before_id is not None:
+        query = query.where(E.id < before_id)
+    if after_id is not None:
+        query = query.where(E.id > after_id)
+    query = query.order_by(E.id.desc()).limit(limit)
+    return list((await conn.execute(query)).mappings())
+
+
+async def latest(conn: AsyncConnection, namespace_id: str, scope: str) -> RowMapping | None:
+    query = (
+        select(elasticity_events)
+        .where(E.namespace_id == namespace_id, E.queue_name == scope)
+        .order_by(E.id.desc())
+        .limit(1)
+    )
+    return (await conn.execute(query)).mappings().first()
+
+
+async def counters(conn: AsyncConnection, namespace_id: str, scope: str) -> tuple[int, int]:
+    s = controller_state.c
+    query = select(s.consecutive_above, s.consecutive_below).where(
+        s.namespace_id == namespace_id, s.scope == scope
+    )
+    row = (await conn.execute(query)).first()
+    return (int(row[0]), int(row[1])) if row else (0, 0)

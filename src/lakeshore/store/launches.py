@@ -1,0 +1,133 @@
+"""Launch records: the launch tracker's in-flight tokens and what each launch became.
+
+A launch is ``in_flight`` from the moment the controller asks a provider for a daemon
+until that daemon says hello with its ``launch_id`` (``succeeded``), the provider call
+fails (``failed``), or its provider's TTL passes without a hello (``expired``). The
+in-flight count per queue or pool is what the controller subtracts from its target, so a
+booting daemon is never launched twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping, and_, func, insert, or_, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.store.tables import launches, tokens
+
+L = launches.c
+
+
+async def record(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert launches in flight (one per row)."""
+    if rows:
+        await conn.execute(insert(launches), [{"state": "in_flight", **row} for row in rows])
+
+
+async def resolve(
+    conn: AsyncConnection,
+    launch_id: str,
+    *,
+    state: str,
+    now: datetime,
+    handle: Any = None,
+    error: str | None = None,
+) -> None:
+    values: dict[str, Any] = {"state": state, "resolved_at": now}
+    if handle is not None:
+        values["handle"] = handle
+    if error is not None:
+        values["error"] = error
+    await conn.execute(update(launches).where(L.id == launch_id).values(values))
+
+
+async def started(conn: AsyncConnection, launch_id: str, handle: Any) -> None:
+    """The provider call returned: keep its handle; the launch stays in flight until hello."""
+    await conn.execute(update(launches).where(L.id == launch_id).values(handle=handle))
+
+
+async def hello(
+    conn: AsyncConnection, namespace_id: str, launch_id: str, worker_id: str, now: datetime
+) -> bool:
+    """A launched daemon said hello: its launch succeeded. False if no such launch."""
+    done = await conn.execute(
+        update(launches)
+        .where(L.id == launch_id, L.namespace_id == namespace_id)
+        .where(or_(L.worker_id.is_(None), L.worker_id == worker_id))
+        .values(
+            worker_id=worker_id,
+            state="succeeded",
+            resolved_at=func.coalesce(L.resolved_at, now),
+        )
+    )
+    return done.rowcount == 1
+
+
+async def expire(conn: AsyncConnection, now: datetime) -> int:
+    """In-flight launches past their TTL become ``expired`` (their slot is free again) and
+    their tokens are revoked: a daemon that never said hello cannot join late."""
+    overdue = select(L.token_id).where(
+        L.state == "in_flight", L.expires_at <= now, L.token_id.is_not(None)
+    )
+    await conn.execute(
+        update(tokens)
+        .where(tokens.c.id.in_(overdue), tokens.c.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    done = await conn.execute(
+        update(launches)
+        .where(L.state == "in_flight", L.expires_at <= now)
+        .values(state="expired", resolved_at=now)
+    )
+    return int(done.rowcount)
+
+
+async def in_flight_by_scope(
+    conn: AsyncConnection, scopes: Iterable[tuple[str, str]], now: datetime
+) -> dict[tuple[str, str], int]:
+    """In-flight launches per (namespace id, scope), in one query."""
+    keys = sorted(set(scopes))
+    if not keys:
+        return {}
+    query = (
+        select(L.namespace_id, L.scope, func.count())
+        .where(L.state == "in_flight", L.expires_at > now)
+        .group_by(L.namespace_id, L.scope)
+    )
+    if len(keys) <= 500:
+        query = query.where(tuple_(L.namespace_id, L.scope).in_(keys))
+    counts = {(ns, scope): int(n) for ns, scope, n in (await conn.execute(query)).all()}
+    return {key: counts.get(key, 0) for key in keys}
+
+
+async def for_worker(conn: AsyncConnection, worker_id: str) -> RowMapping | None:
+    query = select(launches).where(L.worker_id == worker_id).order_by(L.created_at.desc())
+    return (await conn.execute(query.limit(1))).mappings().first()
+
+
+async def terminated(
+    conn: AsyncConnection, launch_id: str, now: datetime, error: str | None = None
+) -> None:
+    values: dict[str, Any] = {"terminated_at": now, "terminate_error": error}
+    await conn.execute(update(launches).where(L.id == launch_id).values(values))
+
+
+async def list_for_provider(
+    conn: AsyncConnection,
+    namespace_id: str,
+    provider_name: str,
+    *,
+    limit: int,
+    before: tuple[datetime, str] | None = None,
+) -> list[RowMapping]:
+    """A provider's launches, newest first; ``before`` is the (created_at, id) to page from."""
+    query = select(launches).where(
+        and_(L.namespace_id == namespace_id, L.provider_name == provider_name)
+    )
+    if before is not None:
+        query = query.where(tuple_(L.created_at, L.id) < before)
+    query = query.order_by(L.created_at.desc(), L.id.desc()).limit(limit)
+    return list((await conn.execute(query)).mappings())

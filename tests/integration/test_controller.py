@@ -1,0 +1,405 @@
+"""The elasticity controller through the API: ticks run by hand (POST /v1/admin/elasticity/tick)
+with the fake provider and a fake clock, on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from lakeshore.config import Settings
+from lakeshore.providers import LaunchRequest
+from lakeshore.providers.fake import FakeProvider
+from lakeshore.store.engine import Store
+from lakeshore.store.tables import controller_state, elasticity_events, launches
+from tests.conftest import FakeClock
+from tests.integration.test_api_auth import namespace_token
+from tests.integration.test_api_workers import claim, hello
+
+NS = "/v1/namespaces/default"
+W = "/v1/workers"
+TICK = "/v1/admin/elasticity/tick"
+
+
+async def provider(api: httpx.AsyncClient, name: str = "fk", **config: Any) -> None:
+    body = {"name": name, "kind": "fake", "config": config}
+    response = await api.post(f"{NS}/providers", json=body)
+    assert response.status_code == 201, response.text
+
+
+async def queue(
+    api: httpx.AsyncClient, name: str, elasticity: dict[str, Any], **extra: Any
+) -> None:
+    body = {"name": name, "elasticity": elasticity, **extra}
+    response = await api.post(f"{NS}/queues", json=body)
+    assert response.status_code == 201, response.text
+
+
+async def submit_many(api: httpx.AsyncClient, queue_name: str, count: int) -> None:
+    items = [{"fn": "tests.udfs:noop"} for _ in range(count)]
+    response = await api.post(
+        f"{NS}/queues/{queue_name}/invocations/batch", json={"invocations": items}
+    )
+    assert response.status_code == 201, response.text
+
+
+async def tick(api: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
+    """One tick; its decisions by scope (queue name or pool:<name>)."""
+    response = await api.post(TICK)
+    assert response.status_code == 200, response.text
+    decisions = response.json()["decisions"]
+    scopes = [d["scope"] for d in decisions]
+    assert len(scopes) == len(set(scopes)), "one decision per queue or pool"
+    return {d["scope"]: d for d in decisions}
+
+
+def elastic(**extra: Any) -> dict[str, Any]:
+    return {"kind": "fully_elastic", "min": 0, **extra}
+
+
+async def test_scale_up_through_the_fake_provider_counts_launches_in_flight(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await provider(api)
+    await queue(api, "up", elastic(max=2), providerRef="fk")
+    await submit_many(api, "up", 5)
+    first = (await tick(api))["up"]
+    assert first["action"] == "scale_up"
+    assert first["reason"] == "target 2 > daemons 0 + in flight 0 → launch"
+    assert (first["before"]["in_flight"], first["after"]["in_flight"]) == (0, 1)
+    second = (await tick(api))["up"]
+    assert second["reason"] == "target 2 > daemons 0 + in flight 1 → launch"
+    third = (await tick(api))["up"]
+    assert third["action"] == "tick_noop"  # two booting: no double spawn
+    assert third["before"]["in_flight"] == 2
+    launched = (await api.get(f"{NS}/providers/fk/launches")).json()["launches"]
+    assert len(launched) == 2
+    assert all(launch["body"]["queues"] == ["up"] for launch in launched)
+    clock.advance(16)  # the fake provider's TTL (15 s) passes without a hello
+    assert (await tick(api))["up"]["action"] == "scale_up"
+
+
+async def test_a_hello_with_its_launch_id_resolves_the_launch(api: httpx.AsyncClient) -> None:
+    await provider(api)
+    await queue(api, "boot", elastic(max=1), providerRef="fk")
+    await submit_many(api, "boot", 3)
+    launch_id = (await tick(api))["boot"]["launch_id"]
+    await hello(api, ["boot"], launch_id=launch_id)
+    after = (await tick(api))["boot"]
+    assert (after["before"]["daemon_count"], after["before"]["in_flight"]) == (1, 0)
+    assert after["action"] == "tick_noop"
+    state = (await api.get(f"{NS}/providers/fk/launches")).json()["launches"][0]["state"]
+    assert state == "succeeded"
+
+
+async def test_no_provider_is_a_noop_with_the_spec_reason(api: httpx.AsyncClient) -> None:
+    await queue(api, "orphan", elastic())
+    await submit_many(api, "orphan", 1)
+    decision = (await tick(api))["orphan"]
+    assert decision["action"] == "tick_noop"
+    assert decision["reason"].endswith(
+        'queue "orphan" has no providerRef / daemonTemplate.provider — cannot launch'
+    )
+
+
+async def test_an_unregistered_provider_is_a_noop_naming_it(api: httpx.AsyncClient) -> None:
+    await queue(api, "ghost", elastic(), daemonTemplate={"provider": "nowhere"})
+    await submit_many(api, "ghost", 1)
+    decision = (await tick(api))["ghost"]
+    assert decision["action"] == "tick_noop"
+    assert 'provider "nowhere" is not registered' in decision["reason"]
+
+
+async def test_a_failing_provider_downgrades_and_frees_the_slot(api: httpx.AsyncClient) -> None:
+    await provider(api, fail_launch="quota exceeded")
+    await queue(api, "broken", elastic(max=1), providerRef="fk")
+    await submit_many(api, "broken", 2)
+    decision = (await tick(api))["broken"]
+    assert decision["action"] == "tick_noop"
+    assert decision["reason"] == (
+        "target 1 > daemons 0 + in flight 0 → launch; launch failed: quota exceeded"
+    )
+    again = (await tick(api))["broken"]
+    assert again["before"]["in_flight"] == 0  # resolved at once on failure
+    [launch] = (await api.get(f"{NS}/providers/fk/launches")).json()["launches"][:1]
+    assert (launch["state"], launch["error"]) == ("failed", "launch failed: quota exceeded")
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    # a short provider time-out; and no fallback re-check inside a claim's wait, so only a
+    # wake-up can end one early
+    return settings.model_copy(update={"elasticity_call_timeout_s": 0.2, "claim_recheck_s": 60})
+
+
+async def test_a_hung_provider_times_out_into_a_noop(api: httpx.AsyncClient) -> None:
+    await provider(api, hang_s=30)
+    await queue(api, "slow", elastic(), providerRef="fk")
+    await submit_many(api, "slow", 1)
+    decision = (await tick(api))["slow"]
+    assert decision["action"] == "tick_noop"
+    assert decision["reason"].endswith('launch failed: provider "fk" did not answer within 0.2 s')
+
+
+async def test_scale_down_kills_an_idle_worker_and_its_id_is_refused(
+    api: httpx.AsyncClient,
+) -> None:
+    await queue(api, "down", elastic(min=0))
+    worker = await hello(api, ["down"])
+    decision = (await tick(api))["down"]
+    assert decision["action"] == "scale_down"
+    assert decision["reason"] == "daemons 1 > target 0 and > min 0 → kill one"
+    assert decision["victim"] == worker
+    assert decision["after"]["daemon_count"] == 0
+    refused = await api.post(f"{W}/hello", json={"id": worker, "queues": ["down"]})
+    assert refused.status_code == 410
+    assert (await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})).status_code == 410
+    stats = (await api.get(f"{NS}/queues/down/stats")).json()
+    assert stats["daemonCount"] == 0
+
+
+async def test_a_busy_worker_is_never_killed(api: httpx.AsyncClient) -> None:
+    await queue(api, "busy", elastic(min=0, max=1))
+    worker = await hello(api, ["busy"], capacity=1)
+    await submit_many(api, "busy", 1)
+    assert len(await claim(api, worker)) == 1
+    await api.patch(f"{NS}/queues/busy", json={"elasticity": elastic(min=0, max=0)})
+    decision = (await tick(api))["busy"]
+    assert decision["action"] == "tick_noop"
+    assert "no idle worker to kill" in decision["reason"]
+    assert (await api.post(f"{W}/{worker}/heartbeat")).status_code == 200
+
+
+async def test_the_costliest_then_oldest_idle_worker_goes_first(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await queue(api, "cost", elastic(min=0))
+    cheap_old = await hello(api, ["cost"])
+    clock.advance(1)
+    gpu = await hello(api, ["cost"], tags=["gpu:a100"])
+    clock.advance(1)
+    weighted = await hello(api, ["cost"], capabilities={"max_invocations": 1, "cost_weight": 50})
+    victims = [(await tick(api))["cost"]["victim"] for _ in range(3)]
+    assert victims == [weighted, gpu, cheap_old]
+
+
+async def test_a_pool_ticks_once_with_summed_pending_and_joins_every_member(
+    api: httpx.AsyncClient, store: Store
+) -> None:
+    await provider(api)
+    pooled = elastic(max=10, pool="p")
+    await queue(api, "pa", pooled, providerRef="fk")
+    await queue(api, "pb", pooled)
+    await submit_many(api, "pa", 1)
+    await submit_many(api, "pb", 2)
+    await hello(api, ["pa", "pb"])  # one worker in both members counts once
+    decisions = await tick(api)
+    assert set(decisions) == {"pool:p"}
+    decision = decisions["pool:p"]
+    assert (decision["before"]["pending"], decision["before"]["daemon_count"]) == (3, 1)
+    assert decision["reason"] == "target 3 > daemons 1 + in flight 0 → launch"
+    launch = (await api.get(f"{NS}/providers/fk/launches")).json()["launches"][0]
+    assert launch["body"]["queues"] == ["pa", "pb"]
+    assert launch["scope"] == "pool:p"
+    async with store.read() as conn:
+        names = (await conn.execute(select(elasticity_events.c.queue_name))).scalars().all()
+    assert names == ["pool:p"]
+
+
+async def test_every_active_queue_gets_exactly_one_event_per_tick(
+    api: httpx.AsyncClient, store: Store
+) -> None:
+    await api.post(f"{NS}/queues", json={"name": "still"})  # no elasticity: fixed
+    await queue(api, "paused", elastic())
+    await api.post(f"{NS}/queues/paused/pause")
+    for _ in range(3):
+        decisions = await tick(api)
+    assert decisions["still"]["reason"] == "fixed: no-op"
+    assert "paused" not in decisions
+    async with store.read() as conn:
+        count = select(elasticity_events.c.queue_name, func.count()).group_by(
+            elasticity_events.c.queue_name
+        )
+        rows = dict((await conn.execute(count)).all())
+    assert rows["still"] == 3 and "paused" not in rows
+
+
+async def test_threshold_counters_are_persisted_between_ticks(
+    api: httpx.AsyncClient, store: Store
+) -> None:
+    await provider(api)
+    await queue(api, "hot", {"kind": "pool_with_threshold", "max": 3}, providerRef="fk")
+    worker = await hello(api, ["hot"], capacity=1)
+    await submit_many(api, "hot", 2)
+    assert len(await claim(api, worker)) == 1  # utilization 1.0
+    first = (await tick(api))["hot"]
+    assert first["action"] == "tick_noop"
+    assert first["reason"] == "utilization 1.00 >= 0.80 for 1 tick (needs 2)"
+    async with store.read() as conn:
+        above = (await conn.execute(select(controller_state.c.consecutive_above))).scalar_one()
+    assert above == 1
+    second = (await tick(api))["hot"]
+    assert second["action"] == "scale_up"
+    assert second["reason"] == "utilization 1.00 >= 0.80 for 2 ticks → launch"
+
+
+async def test_a_queue_pinned_to_another_node_is_not_ticked(api: httpx.AsyncClient) -> None:
+    await queue(api, "elsewhere", elastic(), serverNodeId="node-b")
+    await queue(api, "here", elastic())
+    decisions = await tick(api)
+    assert "elsewhere" not in decisions and "here" in decisions
+
+
+async def test_a_patch_takes_effect_on_the_next_tick(api: httpx.AsyncClient) -> None:
+    await provider(api)
+    await queue(api, "knob", elastic(max=0), providerRef="fk")
+    await submit_many(api, "knob", 2)
+    assert (await tick(api))["knob"]["action"] == "tick_noop"
+    patched = await api.patch(f"{NS}/queues/knob", json={"elasticity": elastic(max=1)})
+    assert patched.status_code == 200
+    assert (await tick(api))["knob"]["action"] == "scale_up"
+
+
+async def test_only_the_admin_may_tick(api: httpx.AsyncClient) -> None:
+    headers = await namespace_token(api, "team")
+    refused = await api.post(TICK, headers=headers)
+    assert refused.status_code == 403
+
+
+async def test_launches_are_recorded_before_the_provider_is_called(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    """A launch row exists with its TTL, so a crash mid-call still holds the slot."""
+    await provider(api, launch_ttl_s=120)
+    await queue(api, "ttl", elastic(max=1), providerRef="fk")
+    await submit_many(api, "ttl", 1)
+    await tick(api)
+    async with store.read() as conn:
+        row = (await conn.execute(select(launches))).mappings().one()
+    assert row["expires_at"] - row["created_at"] == timedelta(seconds=120)
+    assert row["handle"] == {"fake": row["id"]}
+
+
+# --- custom scalers --------------------------------------------------------------------
+
+
+async def test_only_allowed_scalers_may_be_named(api: httpx.AsyncClient) -> None:
+    refused = await api.post(f"{NS}/queues", json={"name": "evil", "customScalerUdf": "os:system"})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["field"] == "customScalerUdf"
+    assert "LAKESHORE_ALLOWED_SCALERS" in refused.json()["error"]["message"]
+    await api.post(f"{NS}/queues", json={"name": "later"})
+    patched = await api.patch(f"{NS}/queues/later", json={"customScalerUdf": "os:system"})
+    assert patched.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("path", "action", "reason"),
+    [
+        (
+            "tests.udfs:scaler_up",
+            "scale_up",
+            "custom scaler answered scale_up: asked with pending 2",
+        ),
+        ("tests.udfs:scaler_raises", "tick_noop", "scaler exploded"),
+        ("tests.udfs:scaler_hangs", "tick_noop", "did not answer within 0.2 s"),
+        ("tests.udfs:scaler_garbage", "tick_noop", "custom scaler answer ignored"),
+    ],
+)
+async def test_a_custom_scaler_decides_and_its_failures_are_noops(
+    api: httpx.AsyncClient, path: str, action: str, reason: str
+) -> None:
+    await provider(api)
+    await queue(api, "custom", elastic(max=5), providerRef="fk", customScalerUdf=path)
+    await submit_many(api, "custom", 2)
+    decision = (await tick(api))["custom"]
+    assert decision["action"] == action
+    assert reason in decision["reason"]
+
+
+async def test_ssh_and_slurm_register_and_are_refused_at_launch(api: httpx.AsyncClient) -> None:
+    for kind in ("ssh", "slurm"):
+        body = {"name": kind, "kind": kind, "config": {"host": "x"}}
+        assert (await api.post(f"{NS}/providers", json=body)).status_code == 201
+        await queue(api, f"via-{kind}", elastic(), providerRef=kind)
+        await submit_many(api, f"via-{kind}", 1)
+    decisions = await tick(api)
+    for kind in ("ssh", "slurm"):
+        decision = decisions[f"via-{kind}"]
+        assert decision["action"] == "tick_noop"
+        assert (
+            f"is of kind {kind}, which Lakeshore registers but cannot launch"
+            in (decision["reason"])
+        )
+
+
+async def test_old_noops_are_pruned_and_decisions_that_acted_are_kept(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    await queue(api, "old", elastic())
+    await hello(api, ["old"])
+    await tick(api)  # scale_down
+    await tick(api)  # no-op
+    clock.advance(86_400 + 61)
+    await tick(api)  # no-op, and a prune of the day-old one
+    async with store.read() as conn:
+        actions = (
+            (
+                await conn.execute(
+                    select(elasticity_events.c.action).order_by(elasticity_events.c.id)
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert actions == ["scale_down", "tick_noop"]
+
+
+async def test_a_waiting_claim_of_a_retired_worker_answers_410(api: httpx.AsyncClient) -> None:
+    """The retirement wakes the worker's long-poll, so its daemon learns at once."""
+    await queue(api, "bye", elastic(min=0))
+    worker = await hello(api, ["bye"])
+    waiting = asyncio.create_task(api.post(f"{W}/{worker}/claim", json={"timeout_s": 15}))
+    await asyncio.sleep(0.05)  # let the claim start waiting
+    assert (await tick(api))["bye"]["victim"] == worker
+    answer = await asyncio.wait_for(waiting, timeout=10)
+    assert answer.status_code == 410
+    assert "retired" in answer.json()["error"]["message"]
+
+
+async def test_each_launch_gets_a_token_that_dies_with_its_worker(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    """The launch's token opens its namespace for its daemon; an expired launch's token,
+    and a retired worker's, open nothing."""
+    await provider(api)
+    await queue(api, "tok", elastic(max=2), providerRef="fk")
+    await submit_many(api, "tok", 2)
+    seen: list[str] = []
+    original = FakeProvider.launch
+
+    async def capture(self: FakeProvider, request: LaunchRequest) -> dict[str, Any]:
+        assert request.token is not None
+        seen.append(request.token)
+        return await original(self, request)
+
+    FakeProvider.launch = capture  # type: ignore[method-assign]
+    try:
+        booted = (await tick(api))["tok"]["launch_id"]
+        await tick(api)
+    finally:
+        FakeProvider.launch = original  # type: ignore[method-assign]
+    first, second = ({"Authorization": f"Bearer {t}"} for t in seen)
+    hello_body = {"queues": ["tok"], "launch_id": booted}
+    joined = await api.post(f"{W}/hello", json=hello_body, headers=first)
+    assert joined.status_code == 200, joined.text
+    clock.advance(16)  # the second launch never said hello: its TTL passes
+    await api.patch(f"{NS}/queues/tok", json={"elasticity": elastic(max=0)})
+    decision = (await tick(api))["tok"]
+    assert decision["action"] == "scale_down"
+    for headers in (first, second):
+        assert (await api.get(f"{NS}/queues", headers=headers)).status_code == 401

@@ -1,0 +1,93 @@
+"""The scale feed and explain, after ticks run by hand (both stores)."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.integration.test_api_workers import claim, hello
+from tests.integration.test_controller import NS, elastic, provider, queue, submit_many, tick
+
+
+async def test_the_feed_hides_noops_unless_verbose_and_pages_newest_first(
+    api: httpx.AsyncClient,
+) -> None:
+    await provider(api)
+    await queue(api, "fed", elastic(max=2), providerRef="fk")
+    await submit_many(api, "fed", 5)
+    for _ in range(4):  # launch, launch, noop, noop
+        await tick(api)
+    quiet = (await api.get(f"{NS}/queues/fed/events")).json()
+    assert [e["action"] for e in quiet["events"]] == ["scale_up", "scale_up"]
+    assert quiet["events"][0]["reason"] == "target 2 > daemons 0 + in flight 1 → launch"
+    assert quiet["events"][0]["id"] > quiet["events"][1]["id"]
+    assert quiet["events"][0]["rule"] == "fully_elastic.scale_up"
+    assert "launch_id" in quiet["events"][0]["detail"]
+    everything = (await api.get(f"{NS}/queues/fed/events", params={"verbose": "true"})).json()
+    assert [e["action"] for e in everything["events"]] == [
+        "tick_noop",
+        "tick_noop",
+        "scale_up",
+        "scale_up",
+    ]
+    first = (await api.get(f"{NS}/queues/fed/events", params={"verbose": 1, "limit": 3})).json()
+    assert len(first["events"]) == 3 and first["next_cursor"]
+    rest = (
+        await api.get(
+            f"{NS}/queues/fed/events",
+            params={"verbose": 1, "limit": 3, "cursor": first["next_cursor"]},
+        )
+    ).json()
+    assert [e["id"] for e in rest["events"]] == [everything["events"][3]["id"]]
+    newer = (
+        await api.get(
+            f"{NS}/queues/fed/events",
+            params={"verbose": 1, "since": everything["events"][1]["id"]},
+        )
+    ).json()
+    assert [e["id"] for e in newer["events"]] == [everything["events"][0]["id"]]
+
+
+async def test_a_pooled_queue_shows_its_pool_events(api: httpx.AsyncClient) -> None:
+    await queue(api, "m1", elastic(pool="shared"))
+    await queue(api, "m2", elastic(pool="shared"))
+    await hello(api, ["m1"])
+    await tick(api)  # idle worker, nothing pending: the pool kills one
+    pool = (await api.get(f"{NS}/pools/shared/events")).json()["events"]
+    member = (await api.get(f"{NS}/queues/m2/events")).json()["events"]
+    assert [e["scope"] for e in pool] == ["pool:shared"]
+    assert member == pool
+    missing = await api.get(f"{NS}/pools/nowhere/events")
+    assert missing.status_code == 404
+    assert (await api.get(f"{NS}/queues/m1/events", params={"cursor": "x"})).status_code == 422
+
+
+async def test_explain_answers_why_it_did_not_scale(api: httpx.AsyncClient) -> None:
+    await provider(api)
+    await queue(api, "why", elastic(max=1), providerRef="fk")
+    before = (await api.get(f"{NS}/queues/why/explain")).json()
+    assert before["latest"] is None and "no tick" in before["why"]
+    await submit_many(api, "why", 4)
+    worker = await hello(api, ["why"], capacity=1)
+    assert len(await claim(api, worker)) == 1
+    await tick(api)
+    answer = (await api.get(f"{NS}/queues/why/explain")).json()
+    assert answer["latest"]["action"] == "tick_noop"
+    assert answer["latest"]["reason"].startswith("at max (1)")
+    assert answer["latest"]["rule"] == "fully_elastic.at_max"
+    assert answer["why"] == "raise max above 1"
+    assert answer["policy"]["max"] == 1 and answer["provider"] == "fk"
+    assert (answer["now"]["pending"], answer["now"]["daemonCount"]) == (3, 1)
+    await api.post(f"{NS}/queues/why/pause")
+    paused = (await api.get(f"{NS}/queues/why/explain")).json()
+    assert paused["why"].startswith("the queue is paused")
+
+
+async def test_stats_show_the_counters_and_scope(api: httpx.AsyncClient) -> None:
+    await queue(api, "warm", {"kind": "pool_with_threshold", "pool": "w"})
+    worker = await hello(api, ["warm"], capacity=1)
+    await submit_many(api, "warm", 1)
+    assert len(await claim(api, worker)) == 1
+    await tick(api)
+    stats = (await api.get(f"{NS}/queues/warm/stats")).json()
+    assert stats["scope"] == "pool:w"
+    assert stats["counters"] == {"consecutiveAbove": 1, "consecutiveBelow": 0}
