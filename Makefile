@@ -1,4 +1,4 @@
-# Lakeshore — `make run` starts the server with a demo queue; `make test` runs the suite.
+# Lakeshore — `make run` runs the demo (an elastic queue at work); `make test` runs the suite.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 run: install
-	$(BIN)/lakeshore server --demo
+	$(BIN)/lakeshore demo
 
 test: install
 	$(BIN)/pytest

@@ -403,3 +403,19 @@ async def test_each_launch_gets_a_token_that_dies_with_its_worker(
     assert decision["action"] == "scale_down"
     for headers in (first, second):
         assert (await api.get(f"{NS}/queues", headers=headers)).status_code == 401
+
+
+async def test_an_expired_launch_is_stopped_at_its_provider(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    """A launch whose daemon never said hello would otherwise keep an instance running."""
+    await provider(api)
+    await queue(api, "lost", elastic(max=1), providerRef="fk")
+    await submit_many(api, "lost", 1)
+    launch_id = (await tick(api))["lost"]["launch_id"]
+    clock.advance(16)
+    await tick(api)
+    launches = (await api.get(f"{NS}/providers/fk/launches")).json()["launches"]
+    lost = next(launch for launch in launches if launch["id"] == launch_id)
+    assert lost["state"] == "expired"
+    assert lost["terminated_at"] is not None and lost["terminate_error"] is None

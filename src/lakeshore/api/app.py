@@ -31,6 +31,7 @@ from lakeshore.api.routes import workers as worker_routes
 from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
 from lakeshore.services import auth, elasticity_loop, workers
+from lakeshore.services import local_fleet as local_fleet_service
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
 from lakeshore.services.controller import Controller
@@ -90,9 +91,15 @@ async def _start_listener(url: URL, notifier: Notifier) -> asyncio.Task[None]:
 
 
 def create_app(
-    settings: Settings | None = None, *, clock: Clock = utc_now, demo: bool = False
+    settings: Settings | None = None,
+    *,
+    clock: Clock = utc_now,
+    demo: bool = False,
+    local_fleet: bool = False,
 ) -> FastAPI:
-    """The API application; ``demo`` creates the demo queue at start if it is missing."""
+    """The API application; ``demo`` creates the demo queue at start if it is missing;
+    ``local_fleet`` (``lakeshore up``) registers the ``local`` provider and stops the
+    daemons it launched when the server stops."""
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -104,6 +111,8 @@ def create_app(
             settings.admin_token, settings.admin_token_path
         )
         await ns_service.ensure(store, ns_service.DEFAULT_NAMESPACE, clock())
+        if local_fleet:
+            await local_fleet_service.ensure_provider(store, settings.data_dir / "daemons", clock())
         if demo:
             await _create_demo_queue(store, clock())
         notifier = Notifier()
@@ -161,6 +170,8 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if local_fleet:
+                await local_fleet_service.stop_all(store, clock())
             await store.close()
 
     app = FastAPI(

@@ -10,9 +10,11 @@ from rich.text import Text
 
 from lakeshore import __version__
 from lakeshore.cli import admin, daemon, feed, invocations, output, providers, queues
+from lakeshore.cli.apply import apply
 from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
-from lakeshore.cli.server import server
+from lakeshore.cli.demo import demo
+from lakeshore.cli.server import server, up
 from lakeshore.config import DEFAULT_URL
 
 app = typer.Typer(
@@ -57,6 +59,8 @@ def root(
 
 
 app.command("server")(server)
+app.command("up")(up)
+app.command("demo")(demo)
 feed.register(queues.app)
 app.add_typer(queues.app, name="queues")
 app.add_typer(feed.pools, name="pools")
@@ -67,6 +71,7 @@ app.add_typer(admin.tokens, name="tokens")
 app.add_typer(daemon.app, name="daemon")
 app.add_typer(invocations.app, name="invocations")
 app.command("submit")(invocations.submit)
+app.command("apply")(apply)
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""``lakeshore server``: the HTTP API (and, in later releases, the controller) in one process."""
+"""``lakeshore server`` (the API and the elasticity controller) and ``lakeshore up`` (the same
+with the ``local`` provider, for one machine)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,39 @@ def server(
     ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
-    """Run the Lakeshore server: migrates the store, then serves the API until Ctrl-C."""
+    """Run the Lakeshore server: migrates the store, then serves the API and runs the
+    elasticity controller until Ctrl-C."""
+    serve(host, port, db, data_dir, demo=demo, log_level=log_level, local_fleet=False)
+
+
+def up(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = DEFAULT_PORT,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where the SQLite file, admin token and daemon logs live."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run everything on this machine: the server, the controller and the `local` provider
+    (daemons as local processes) on the embedded SQLite store. Ctrl-C stops it all,
+    launched daemons included.
+
+    Give a queue `--provider local` and an elasticity policy, submit work, and watch the
+    fleet grow and shrink: `lakeshore queues events NAME`."""
+    serve(host, port, None, data_dir, demo=False, log_level=log_level, local_fleet=True)
+
+
+def serve(
+    host: str,
+    port: int,
+    db: str | None,
+    data_dir: Path | None,
+    *,
+    demo: bool,
+    log_level: str,
+    local_fleet: bool,
+) -> None:
     from lakeshore.api.app import create_app
 
     overrides: dict[str, object] = {}
@@ -81,5 +114,7 @@ def server(
             'demo queue "demo" (fully_elastic, 0-4 daemons); in another terminal: '
             "lakeshore queues show demo"
         )
-    app = create_app(settings, demo=demo)
+    if local_fleet:
+        output.note(f"local provider: daemons run here, logs in {settings.data_dir / 'daemons'}")
+    app = create_app(settings, demo=demo, local_fleet=local_fleet)
     uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")

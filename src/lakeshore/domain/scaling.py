@@ -147,9 +147,9 @@ def downgrade(decision: Decision, failure: str) -> Decision:
     """A scale decision that could not be carried out (a failed launch, no eligible victim).
 
     It becomes a ``tick_noop`` with the failure appended to its reason, as the spec asks;
-    the rule id and the counters are kept, so the audit row still says which rule fired
-    and the next step still needs a fresh window (a broken provider is not retried on
-    every tick).
+    the rule id and the counters are kept, so the audit row still says which rule fired.
+    For ``pool_with_threshold`` the next step still needs a fresh window; the target
+    kinds (``fully_elastic``, ``max_count``) try again on the next tick.
     """
     return replace(decision, action="tick_noop", reason=f"{decision.reason}; {failure}")
 

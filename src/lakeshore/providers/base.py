@@ -75,7 +75,9 @@ class LaunchRequest:
     def startup_script(self, install_command: str) -> str:
         """A bash script for a fresh machine (EC2 user-data, a GCE startup script): the
         template's bootstrap script, its setup commands in order, the install command,
-        then the daemon in the foreground. Any failing step stops the script."""
+        then the daemon in the foreground. Any failing step stops the script. When the
+        daemon exits (retired, or its token refused because its launch was given up on)
+        the machine powers itself off, so a machine nobody uses does not keep running."""
         lines = ["#!/bin/bash", "set -euo pipefail"]
         if self.body.bootstrap_script:
             lines.append(self.body.bootstrap_script)
@@ -84,7 +86,8 @@ class LaunchRequest:
         lines.extend(
             f"export {key}={shlex.quote(value)}" for key, value in self.daemon_env().items()
         )
-        lines.append("exec " + shlex.join(["lakeshore", *self.daemon_args()]))
+        lines.append(shlex.join(["lakeshore", *self.daemon_args()]) + " || true")
+        lines.append("shutdown -h now || poweroff")
         return "\n".join(lines) + "\n"
 
 
@@ -107,7 +110,7 @@ class Provider(Protocol):
 class Kind:
     config: type[BaseModel]
     factory: Callable[[str, Any], Provider]
-    admin_only: bool = False  # runs code on the server's own machine
+    admin_only: bool = False  # runs code on the server's machine, or with its credentials
 
 
 KINDS: dict[str, Kind] = {}
@@ -143,7 +146,7 @@ def build(name: str, kind: str, config: Any) -> Provider:
 
 # each module registers its kinds with ``install()``; clients are imported lazily inside
 # the providers, so the server starts without loading every cloud SDK
-_MODULES = ("fake", "unsupported")
+_MODULES = ("fake", "unsupported", "local", "gce", "ec2", "kube")
 
 
 def _install() -> None:

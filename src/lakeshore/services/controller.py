@@ -77,7 +77,7 @@ class Controller:
     async def _tick(self) -> list[Outcome]:
         now = self.clock()
         async with self.store.write() as conn:
-            await launch_store.expire(conn, now)
+            expired = await launch_store.expire(conn, now)
         async with self.store.read() as conn:
             snap = await ctl_store.snapshot(conn, self.node_id)
             units = units_of(snap)
@@ -97,9 +97,14 @@ class Controller:
             async with gate:
                 return await self._execute(unit, decision, registrations, now)
 
+        async def stop_expired(launch: Any) -> None:
+            async with gate:
+                await self.ops.stop_expired(launch)
+
         outcomes = await asyncio.gather(
             *(carry_out(u, d) for u, d in zip(units, decisions, strict=True))
         )
+        await asyncio.gather(*(stop_expired(launch) for launch in expired))
         await self._record(outcomes, snap.counters, now)
         await self._prune(now)
         return list(outcomes)

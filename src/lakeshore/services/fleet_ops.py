@@ -68,15 +68,20 @@ class FleetOps:
         self.call_timeout_s = call_timeout_s
         self.notifier = notifier
 
-    async def call(self, provider: Provider, what: str, call: Callable[[], Any]) -> Any:
+    async def call(
+        self,
+        provider: Provider,
+        what: str,
+        call: Callable[[], Any],
+        *,
+        timeout_s: float | None = None,
+    ) -> Any:
         """The call's result, or a failure message (an exception or a time-out)."""
+        limit = timeout_s or self.call_timeout_s
         try:
-            return await asyncio.wait_for(call(), timeout=self.call_timeout_s)
+            return await asyncio.wait_for(call(), timeout=limit)
         except TimeoutError:
-            return (
-                f'{what} failed: provider "{provider.name}" did not answer within '
-                f"{self.call_timeout_s:g} s"
-            )
+            return f'{what} failed: provider "{provider.name}" did not answer within {limit:g} s'
         except Exception as exc:
             return f"{what} failed: {exc or type(exc).__name__}"
 
@@ -124,7 +129,12 @@ class FleetOps:
             }
             await launch_store.record(conn, [row])
         request = LaunchRequest(launch_id, namespace, scope, self.server_url, token.plaintext, body)
-        result = await self.call(provider, "launch", lambda: provider.launch(request))
+        # a provider that does slow work inside its launch (local setup scripts) says so
+        own = getattr(provider, "launch_timeout_s", None)
+        limit = max(self.call_timeout_s, own) if isinstance(own, int | float) else None
+        result = await self.call(
+            provider, "launch", lambda: provider.launch(request), timeout_s=limit
+        )
         async with self.store.write() as conn:
             if isinstance(result, str):  # the slot is free again at once
                 await launch_store.resolve(
@@ -163,6 +173,13 @@ class FleetOps:
             await wakeups.publish(conn, [worker_key(worker_id)])
         self.notifier.notify([worker_key(worker_id)])  # its waiting claim answers 410
         return Retired("retired")
+
+    async def stop_expired(self, launch: RowMapping) -> None:
+        """Stop what an expired launch started (its daemon never said hello): a booted
+        instance or pod would otherwise run, and cost, for nothing."""
+        failure = await self._terminate(launch["namespace_id"], "", launch, {})
+        async with self.store.write() as conn:
+            await launch_store.terminated(conn, launch["id"], self.clock(), failure)
 
     async def _terminate(
         self,

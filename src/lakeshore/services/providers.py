@@ -103,8 +103,8 @@ def _check_kind(caller: Principal, kind: str) -> None:
     spec = KINDS.get(kind)
     if spec is not None and spec.admin_only and not caller.is_admin:
         raise Forbidden(
-            f'provider kind "{kind}" runs code on the server\'s own machine: '
-            "only the admin token can register one"
+            f'provider kind "{kind}" runs code on the server\'s own machine or with its own '
+            "cloud credentials: only the admin token can register one"
         )
 
 

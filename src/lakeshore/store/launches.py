@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import RowMapping, and_, func, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.store.tables import launches, tokens
+from lakeshore.store.tables import launches, providers, tokens
 
 L = launches.c
 
@@ -66,9 +66,10 @@ async def hello(
     return done.rowcount == 1
 
 
-async def expire(conn: AsyncConnection, now: datetime) -> int:
+async def expire(conn: AsyncConnection, now: datetime) -> list[RowMapping]:
     """In-flight launches past their TTL become ``expired`` (their slot is free again) and
-    their tokens are revoked: a daemon that never said hello cannot join late."""
+    their tokens are revoked: a daemon that never said hello cannot join late. Returns the
+    expired launches that a provider started (they have a handle), to be stopped."""
     overdue = select(L.token_id).where(
         L.state == "in_flight", L.expires_at <= now, L.token_id.is_not(None)
     )
@@ -81,8 +82,9 @@ async def expire(conn: AsyncConnection, now: datetime) -> int:
         update(launches)
         .where(L.state == "in_flight", L.expires_at <= now)
         .values(state="expired", resolved_at=now)
+        .returning(*launches.c)
     )
-    return int(done.rowcount)
+    return [row for row in done.mappings().all() if row["handle"] is not None]
 
 
 async def in_flight_by_scope(
@@ -130,4 +132,26 @@ async def list_for_provider(
     if before is not None:
         query = query.where(tuple_(L.created_at, L.id) < before)
     query = query.order_by(L.created_at.desc(), L.id.desc()).limit(limit)
+    return list((await conn.execute(query)).mappings())
+
+
+async def live_on(conn: AsyncConnection, provider_kind: str) -> list[RowMapping]:
+    """Launches through providers of ``provider_kind`` that were started and not yet
+    terminated (what a shutting-down ``lakeshore up`` must stop)."""
+    query = (
+        select(launches)
+        .join(
+            providers,
+            and_(
+                providers.c.namespace_id == L.namespace_id,
+                providers.c.name == L.provider_name,
+            ),
+        )
+        .where(
+            providers.c.kind == provider_kind,
+            L.handle.is_not(None),
+            L.terminated_at.is_(None),
+            L.state.in_(("in_flight", "succeeded")),
+        )
+    )
     return list((await conn.execute(query)).mappings())

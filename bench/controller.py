@@ -1,0 +1,570 @@
+"""Controller benchmark: the elasticity tick over 100, 1,000 and 10,000 active queues.
+
+For each backend (a SQLite file in a temp dir, a fresh PostgreSQL database) and each size
+N, the state is written straight into a fresh store with batched inserts (executemany):
+one namespace; N active queues, ``fully_elastic`` with ``min 5 max 5``; 5 idle workers
+subscribed to each queue; ``--pending`` pending invocations per queue (<= 5, so the
+decision stays a no-op ``steady``) and one running invocation on each queue's first
+worker (so the running-lease counts have rows to count). Then ``Controller.tick()`` runs
+``1 + --repeat`` times in-process (the first is a warm-up) and we report, per N:
+
+* the median tick wall time and that time per queue;
+* the SQL statements one tick sends, counted with a ``before_cursor_execute`` listener
+  on ``store.engine.sync_engine`` (an ``executemany`` counts once; on SQLite the
+  explicit ``BEGIN`` / ``BEGIN IMMEDIATE`` of each transaction counts too; ``COMMIT``
+  and PostgreSQL's pool pre-ping do not go through a cursor and are not counted);
+* the connections a tick checks out of the pool (one per transaction);
+* the longest the event loop went unanswered during a tick ("loop stall"): the server
+  runs the tick on the loop that also serves the API.
+
+The statement count must not depend on N (no per-queue round trips); the script says so.
+
+A second scenario (skip with ``--no-launch``) registers a ``fake`` provider, points
+every queue at it (``providerRef``, ``max 6``) and tops each queue up to 6 pending, so
+every queue launches one daemon on every tick (a fake clock moves past the launch TTL
+between ticks, so the previous launches expire and nothing stays in flight). Each
+launch costs statements of its own (its worker token and launch row, then the provider's
+handle) and a provider call: that is expected and is not a per-queue read. By default it
+runs for N = 100 and 1,000 only (``--launch-sizes``): at 10,000 one tick takes over a
+minute here, so that size gets one tick and no warm-up when asked for.
+
+Usage (from the repository root)::
+
+    .venv/bin/python bench/controller.py [--backend sqlite|postgresql|both]
+        [--sizes 100,1000,10000] [--repeat 5] [--repeat-large 3]
+        [--no-launch | --launch-sizes 100,1000] [--launch-repeat 2]
+
+A fake clock drives the controller (5 s per tick, 16 s per launch tick); wall time is
+measured with ``time.perf_counter``. Every database it creates is dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy import event, insert, update
+from sqlalchemy.engine import make_url
+
+from lakeshore.domain.ids import new_id
+from lakeshore.domain.queue import parse_spec
+from lakeshore.services.controller import Controller
+from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
+from lakeshore.store.rows import queue_columns
+from lakeshore.store.tables import (
+    invocations,
+    namespaces,
+    providers,
+    queues,
+    worker_queues,
+    workers,
+)
+
+PG_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+WORKERS_PER_QUEUE = 5
+CHUNK = 10_000  # rows per executemany
+STEADY = {"kind": "fully_elastic", "min": 5, "max": 5}
+LAUNCHING = {"kind": "fully_elastic", "min": 5, "max": 6}
+LAUNCH_PENDING = 6
+TICK_STEP = timedelta(seconds=5)
+LAUNCH_STEP = timedelta(seconds=16)  # past the fake provider's 15 s launch TTL
+
+
+class BenchError(Exception):
+    pass
+
+
+class Clock:
+    """The controller's clock: moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, step: timedelta) -> None:
+        self.now += step
+
+
+@dataclass
+class Counter:
+    """SQL statements sent through the engine (one per cursor execute / executemany), and
+    connections checked out of the pool (one per ``store.read()`` / ``store.write()``)."""
+
+    statements: int = 0
+    checkouts: int = 0
+    texts: list[str] = field(default_factory=list)
+
+    def on_execute(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        self.statements += 1
+        self.texts.append(" ".join(statement.split())[:60])
+
+    def on_checkout(self, *args: Any) -> None:
+        self.checkouts += 1
+
+    def attach(self, store: Store, on: bool = True) -> None:
+        do = event.listen if on else event.remove
+        do(store.engine.sync_engine, "before_cursor_execute", self.on_execute)
+        do(store.engine.sync_engine.pool, "checkout", self.on_checkout)
+
+    def reset(self) -> None:
+        self.statements = 0
+        self.checkouts = 0
+        self.texts.clear()
+
+
+@dataclass
+class Ticks:
+    times: list[float]  # seconds, measured ticks only
+    statements: list[int]  # per measured tick
+    checkouts: list[int]  # per measured tick
+    stalls: list[float]  # seconds: the longest the event loop went unanswered, per tick
+    warmup_s: float | None  # None: no warm-up tick
+    warmup_statements: int
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times) * 1000
+
+    @property
+    def stall_ms(self) -> float:
+        return statistics.median(self.stalls) * 1000
+
+    @property
+    def statements_label(self) -> str:
+        return "/".join(str(n) for n in sorted(set(self.statements)))
+
+    @property
+    def checkouts_label(self) -> str:
+        return "/".join(str(n) for n in sorted(set(self.checkouts)))
+
+    def warmup_label(self) -> str:
+        if self.warmup_s is None:
+            return "no warm-up"
+        return f"warm-up {self.warmup_s * 1000:,.0f} ms ({self.warmup_statements} statements)"
+
+
+@dataclass
+class Result:
+    backend: str
+    n: int
+    build_s: float
+    steady: Ticks
+    launch: Ticks | None = None
+
+
+# --- stores --------------------------------------------------------------------------------
+
+
+@contextmanager
+def pg_database(server: str) -> Iterator[str]:
+    name = f"lakeshore_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def database(backend: str, opts: argparse.Namespace) -> Iterator[str]:
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="lakeshore-bench-controller-") as tmp:
+            yield f"sqlite:///{Path(tmp) / 'bench.db'}"
+    else:
+        with pg_database(opts.pg) as url:
+            yield url
+
+
+# --- building the state --------------------------------------------------------------------
+
+
+async def insert_chunked(store: Store, table: Any, rows: list[dict[str, Any]]) -> None:
+    async with store.write() as conn:
+        for start in range(0, len(rows), CHUNK):
+            await conn.execute(insert(table), rows[start : start + CHUNK])
+
+
+def invocation_row(
+    ns_id: str, queue_id: str, queue_name: str, now: datetime, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": new_id("inv"),
+        "namespace_id": ns_id,
+        "queue_id": queue_id,
+        "queue_name": queue_name,
+        "fn": "tests.udfs:noop",
+        "args": [],
+        "kwargs": {},
+        "state": "pending",
+        "available_at": now,
+        "created_at": now,
+        **extra,
+    }
+
+
+async def build(
+    store: Store, n: int, pending: int, now: datetime
+) -> tuple[str, list[tuple[str, str]]]:
+    """One namespace, n steady queues with 5 idle workers each; (ns id, [(queue id, name)])."""
+    ns_id = new_id("ns")
+    async with store.write() as conn:
+        await conn.execute(insert(namespaces).values(id=ns_id, name="bench", created_at=now))
+    template = queue_columns(parse_spec({"name": "q0", "elasticity": STEADY}))
+    queue_rows, worker_rows, member_rows, inv_rows = [], [], [], []
+    ids: list[tuple[str, str]] = []
+    for i in range(n):
+        queue_id, name = new_id("q"), f"q{i:05d}"
+        ids.append((queue_id, name))
+        created = now + timedelta(microseconds=i)
+        queue_rows.append(
+            {
+                **template,
+                "name": name,
+                "id": queue_id,
+                "namespace_id": ns_id,
+                "state": "active",
+                "created_at": created,
+                "updated_at": created,
+            }
+        )
+        first_worker = ""
+        for _ in range(WORKERS_PER_QUEUE):
+            worker_id = new_id("wrk")
+            first_worker = first_worker or worker_id
+            worker_rows.append(
+                {
+                    "id": worker_id,
+                    "namespace_id": ns_id,
+                    "runners": ["process"],
+                    "tags": [],
+                    "capabilities": {},
+                    "max_invocations": 4,
+                    "current_invocations": None,
+                    "cost_weight": None,
+                    "retiring": False,
+                    "last_seen_at": now,
+                    "created_at": now,
+                }
+            )
+            member_rows.append({"worker_id": worker_id, "queue_id": queue_id})
+        for _ in range(pending):
+            inv_rows.append(invocation_row(ns_id, queue_id, name, now))
+        inv_rows.append(
+            invocation_row(
+                ns_id,
+                queue_id,
+                name,
+                now,
+                state="running",
+                worker_id=first_worker,
+                attempts=1,
+                started_at=now,
+                lease_expires_at=now + timedelta(days=1),
+            )
+        )
+    await insert_chunked(store, queues, queue_rows)
+    await insert_chunked(store, workers, worker_rows)
+    await insert_chunked(store, worker_queues, member_rows)
+    await insert_chunked(store, invocations, inv_rows)
+    return ns_id, ids
+
+
+async def make_launching(
+    store: Store, ns_id: str, ids: list[tuple[str, str]], pending: int, now: datetime
+) -> None:
+    """A fake provider; every queue names it, may grow to 6 and has 6 pending."""
+    columns = queue_columns(parse_spec({"name": "q0", "elasticity": LAUNCHING}))
+    async with store.write() as conn:
+        await conn.execute(
+            insert(providers).values(
+                id=new_id("prv"),
+                namespace_id=ns_id,
+                name="fake",
+                kind="fake",
+                config={},
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        await conn.execute(
+            update(queues)
+            .where(queues.c.namespace_id == ns_id)
+            .values(provider_ref="fake", elasticity=columns["elasticity"], updated_at=now)
+        )
+    extra = LAUNCH_PENDING - pending
+    rows = [invocation_row(ns_id, qid, name, now) for qid, name in ids for _ in range(extra)]
+    await insert_chunked(store, invocations, rows)
+
+
+# --- ticking -------------------------------------------------------------------------------
+
+WATCH_S = 0.005
+
+
+async def watch_loop(longest: list[float]) -> None:
+    """Keep ``longest[0]`` at the longest the event loop kept a 5 ms sleeper waiting extra.
+
+    The server runs the tick on the event loop that serves the API, so this is how long a
+    request (a claim, a heartbeat) could wait behind the tick.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(WATCH_S)
+        longest[0] = max(longest[0], loop.time() - started - WATCH_S)
+
+
+async def run_ticks(
+    controller: Controller,
+    clock: Clock,
+    counter: Counter,
+    *,
+    n: int,
+    repeat: int,
+    step: timedelta,
+    action: str,
+    warmup: bool = True,
+) -> Ticks:
+    times: list[float] = []
+    statements: list[int] = []
+    checkouts: list[int] = []
+    stalls: list[float] = []
+    warmup_s: float | None = None
+    warmup_statements = 0
+    for i in range(1 - int(warmup), 1 + repeat):
+        counter.reset()
+        longest = [0.0]
+        watcher = asyncio.create_task(watch_loop(longest))
+        await asyncio.sleep(0)  # let the watcher start its first sleep
+        started = time.perf_counter()
+        try:
+            decisions = await controller.tick()
+        finally:
+            elapsed = time.perf_counter() - started
+            watcher.cancel()
+        if len(decisions) != n:
+            raise BenchError(f"expected {n} decisions, got {len(decisions)}")
+        wrong = [d for d in decisions if d["action"] != action]
+        if wrong:
+            raise BenchError(f"{len(wrong)} decisions are not {action}; first: {wrong[0]}")
+        if i == 0:
+            warmup_s, warmup_statements = elapsed, counter.statements
+        else:
+            times.append(elapsed)
+            statements.append(counter.statements)
+            checkouts.append(counter.checkouts)
+            stalls.append(longest[0])
+        clock.advance(step)
+    return Ticks(times, statements, checkouts, stalls, warmup_s, warmup_statements)
+
+
+async def measure(backend: str, url_text: str, n: int, opts: argparse.Namespace) -> Result:
+    url = parse_url(url_text)
+    await asyncio.to_thread(prepare, url)
+    store = Store(create_engine_for(url))
+    try:
+        clock = Clock()
+        started = time.perf_counter()
+        ns_id, ids = await build(store, n, opts.pending, clock())
+        build_s = time.perf_counter() - started
+        counter = Counter()
+        counter.attach(store)
+        large = n >= 10_000
+        repeat = opts.repeat_large if large else opts.repeat
+        controller = Controller(store, clock=clock, server_url="http://127.0.0.1:1")
+        steady = await run_ticks(
+            controller, clock, counter, n=n, repeat=repeat, step=TICK_STEP, action="tick_noop"
+        )
+        if opts.verbose:
+            print(f"    steady tick statements: {counter.texts}", flush=True)
+        result = Result(backend, n, build_s, steady)
+        if opts.launch and n in opts.launch_sizes:
+            counter.attach(store, on=False)
+            await make_launching(store, ns_id, ids, opts.pending, clock())
+            counter.attach(store)
+            controller = Controller(store, clock=clock, server_url="http://127.0.0.1:1")
+            result.launch = await run_ticks(
+                controller,
+                clock,
+                counter,
+                n=n,
+                repeat=opts.launch_repeat_large if large else opts.launch_repeat,
+                step=LAUNCH_STEP,
+                action="scale_up",
+                warmup=not large,
+            )
+        return result
+    finally:
+        await store.close()
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    model = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (
+        f"nproc: {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))})\n"
+        f"cpu: {model}\n"
+        f"python: {platform.python_version()} ({sys.executable})"
+    )
+
+
+def pg_version(server: str) -> str:
+    with psycopg.connect(server) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]) if row else "unknown"
+
+
+def report(results: list[Result]) -> bool:
+    """Print the tables; True when statements per steady tick are the same for every N."""
+    print()
+    print("steady ticks (every decision a no-op):")
+    print(
+        "| backend    |      N | ticks | median tick (ms) | ms / queue "
+        "| statements / tick | connections / tick | loop stall (ms) |"
+    )
+    print(
+        "|------------|-------:|------:|-----------------:|-----------:"
+        "|------------------:|-------------------:|----------------:|"
+    )
+    for r in results:
+        s = r.steady
+        print(
+            f"| {r.backend:<10} | {r.n:>6,} | {len(s.times):>5} | {s.median_ms:>16,.1f} "
+            f"| {s.median_ms / r.n:>10.3f} | {s.statements_label:>17} "
+            f"| {s.checkouts_label:>18} | {s.stall_ms:>15,.0f} |"
+        )
+    launched = [r for r in results if r.launch is not None]
+    if launched:
+        print()
+        print("launch ticks (every queue launches one daemon through the fake provider):")
+        print(
+            "| backend    |      N | ticks | median tick (ms) | ms / queue "
+            "| statements / tick | per launch | connections / tick | loop stall (ms) |"
+        )
+        print(
+            "|------------|-------:|------:|-----------------:|-----------:"
+            "|------------------:|-----------:|-------------------:|----------------:|"
+        )
+        for r in launched:
+            lt = r.launch
+            assert lt is not None
+            per_launch = (statistics.median(lt.statements) - r.steady.statements[0]) / r.n
+            print(
+                f"| {r.backend:<10} | {r.n:>6,} | {len(lt.times):>5} | {lt.median_ms:>16,.1f} "
+                f"| {lt.median_ms / r.n:>10.3f} | {lt.statements_label:>17} "
+                f"| {per_launch:>10.2f} | {lt.checkouts_label:>18} | {lt.stall_ms:>15,.0f} |"
+            )
+        print(
+            "'loop stall' is the longest the event loop (which also serves the API) went "
+            "unanswered during a tick.\n"
+            "Launch statements grow with N by design: each launch writes its own rows (its "
+            "worker token and launch\nrecord, then the provider's handle) in transactions of "
+            "its own and calls the provider; that is not a\nper-queue read. 'per launch' is "
+            "(launch tick - steady tick) / N."
+        )
+    print()
+    constant = True
+    for backend in sorted({r.backend for r in results}, key=["sqlite", "postgresql"].index):
+        rows = [r for r in results if r.backend == backend]
+        counts = {c for r in rows for c in r.steady.statements}
+        sizes = ", ".join(f"{r.n:,}" for r in rows)
+        if len(counts) == 1:
+            print(
+                f"{backend}: statements per steady tick CONSTANT at {counts.pop()} for N = {sizes}"
+            )
+        else:
+            constant = False
+            detail = "; ".join(f"N={r.n:,}: {r.steady.statements_label}" for r in rows)
+            print(f"{backend}: statements per steady tick NOT CONSTANT: {detail}")
+    return constant
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
+    parser.add_argument(
+        "--sizes", default="100,1000,10000", help="comma-separated queue counts (default all)"
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="measured ticks after a warm-up")
+    parser.add_argument(
+        "--repeat-large", type=int, default=3, help="measured ticks for N >= 10,000"
+    )
+    parser.add_argument(
+        "--launch-repeat", type=int, default=2, help="measured launch ticks after a warm-up"
+    )
+    parser.add_argument(
+        "--launch-repeat-large",
+        type=int,
+        default=1,
+        help="launch ticks for N >= 10,000 (no warm-up: one takes ~50 s)",
+    )
+    parser.add_argument("--no-launch", dest="launch", action="store_false", help="steady only")
+    parser.add_argument(
+        "--launch-sizes",
+        default="100,1000",
+        help="sizes that also run the launch scenario (10,000 takes ~1-1.5 min per tick)",
+    )
+    parser.add_argument("--pending", type=int, default=3, help="pending per queue (<= 5)")
+    parser.add_argument("--pg", default=PG_SERVER, help="PostgreSQL server to create DBs on")
+    parser.add_argument("--verbose", action="store_true", help="print each tick's statements")
+    opts = parser.parse_args()
+    if not 0 <= opts.pending <= 5:
+        parser.error("--pending must be 0..5 (more would make the steady decision scale up)")
+    sizes = [int(s.replace("_", "")) for s in opts.sizes.split(",") if s.strip()]
+    opts.launch_sizes = {int(s.replace("_", "")) for s in opts.launch_sizes.split(",") if s}
+    backends = ["sqlite", "postgresql"] if opts.backend == "both" else [opts.backend]
+
+    print(machine(), flush=True)
+    if "postgresql" in backends:
+        print(f"postgresql: {pg_version(opts.pg)}", flush=True)
+    results: list[Result] = []
+    started = time.perf_counter()
+    for backend in backends:
+        for n in sizes:
+            print(f"[{backend} N={n:,}]", flush=True)
+            with database(backend, opts) as url:
+                r = asyncio.run(measure(backend, url, n, opts))
+            results.append(r)
+            print(
+                f"  built in {r.build_s:.1f} s; steady: {r.steady.warmup_label()}, median "
+                f"{r.steady.median_ms:,.1f} ms, {r.steady.statements_label} statements",
+                flush=True,
+            )
+            if r.launch is not None:
+                print(
+                    f"  launch: {r.launch.warmup_label()}, median "
+                    f"{r.launch.median_ms:,.1f} ms, {r.launch.statements_label} statements",
+                    flush=True,
+                )
+    constant = report(results)
+    print(f"total {time.perf_counter() - started:.0f} s")
+    return 0 if constant else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""The ``local`` provider: daemons as subprocesses of the server's own machine.
+
+A launch runs the template's setup scripts (each in the working dir, each with a time-out;
+one that fails fails the launch), then starts ``lakeshore daemon run`` with the launch's
+queues, runners, capacity and tags, and its server URL, namespace and worker token in its
+environment. Its output goes to ``<working dir>/logs/<launch id>.log``. The handle records
+the pid and the process's start time, so a daemon is found again (and never mistaken for
+another process that reused its pid) after a server restart. Terminate sends SIGTERM, then
+SIGKILL after ``grace_s``. Launched daemons exit by themselves once their server has been
+unreachable for ``orphan_after_s``, so none outlives a server that is gone.
+
+It runs user code and setup scripts on the server's own machine, so only the admin token
+(and ``lakeshore up``, which registers it) may register one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lakeshore.providers import base
+
+MAX_OUTPUT_SHOWN = 400
+
+
+class LocalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    working_dir: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    max_daemons: Annotated[int, Field(ge=1, le=1000)] = 8
+    env: dict[str, Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict)
+    launch_ttl_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    setup_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    grace_s: Annotated[float, Field(ge=0, le=600)] = 5.0
+    orphan_after_s: Annotated[float, Field(ge=1, le=86_400)] = 30.0
+
+
+def default_working_dir() -> Path:
+    from lakeshore.config import Settings
+
+    return Settings().data_dir / "daemons"
+
+
+def lakeshore_command() -> list[str]:
+    """How to start this very installation's CLI."""
+    script = Path(sys.executable).parent / "lakeshore"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("lakeshore")
+    return [found] if found else [sys.executable, "-m", "lakeshore.cli.main"]
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) <= 19 or fields[0] in ("Z", "X"):  # exited (a zombie is not running)
+        return None
+    return int(fields[19])
+
+
+def alive(handle: Mapping[str, Any]) -> bool:
+    """Whether the handle's process still runs (the same process, not a reused pid)."""
+    pid, started = handle.get("pid"), handle.get("started")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    now = start_time(pid)
+    if now is None:
+        return False
+    if not isinstance(started, int):  # recorded where /proc is missing: trust the pid
+        return True
+    return now == started
+
+
+class LocalProvider:
+    kind = "local"
+
+    def __init__(self, name: str, config: LocalConfig) -> None:
+        self.name = name
+        self.config = config
+        self.launch_ttl_s = config.launch_ttl_s
+        self.working_dir = Path(config.working_dir or default_working_dir()).expanduser()
+        # setup scripts run inside the launch call: the controller waits for them
+        self.launch_timeout_s = config.setup_timeout_s + LAUNCH_SLACK_S
+
+    async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
+        running = len(_live_children(self.name))
+        if running >= self.config.max_daemons:
+            raise base.LaunchError(
+                f'provider "{self.name}" already runs {running} daemons '
+                f"(its max_daemons is {self.config.max_daemons})"
+            )
+        logs = self.working_dir / "logs"
+        try:
+            logs.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise base.LaunchError(f"cannot use working dir {self.working_dir}: {exc}") from exc
+        env = {**os.environ, **self.config.env, **request.daemon_env()}
+        steps = [("bootstrap script", request.body.bootstrap_script)]
+        steps += [
+            (f"setup script {n}", script)
+            for n, script in enumerate(request.body.setup_commands, start=1)
+        ]
+        deadline = asyncio.get_running_loop().time() + self.config.setup_timeout_s
+        for what, script in steps:
+            if script:
+                await self._setup(what, script, env, deadline)
+        log_path = logs / f"{request.launch_id}.log"
+        args = [
+            *request.daemon_args(),
+            "--exit-after-unreachable",
+            f"{self.config.orphan_after_s:g}",
+        ]
+        with log_path.open("ab") as log:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *lakeshore_command(),
+                    *args,
+                    cwd=self.working_dir,
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,  # Ctrl-C at the terminal is for the server
+                )
+            except OSError as exc:
+                raise base.LaunchError(f"cannot start the daemon: {exc}") from exc
+        _CHILDREN.setdefault(self.name, {})[process.pid] = process
+        return {"pid": process.pid, "started": start_time(process.pid), "log": str(log_path)}
+
+    async def _setup(self, what: str, script: str, env: dict[str, str], deadline: float) -> None:
+        """Run one step; its process group is killed if it overruns, fails, or the launch
+        is given up on (cancelled)."""
+        process = await asyncio.create_subprocess_exec(
+            "/bin/bash",
+            "-c",
+            script,
+            cwd=self.working_dir,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        try:
+            output, _ = await asyncio.wait_for(process.communicate(), timeout=remaining)
+        except TimeoutError:
+            await _kill_group(process)
+            raise base.LaunchError(
+                f"{what} ran past the setup time-out ({self.config.setup_timeout_s:g} s)"
+            ) from None
+        except BaseException:  # the launch was cancelled: leave nothing running
+            await _kill_group(process)
+            raise
+        if process.returncode != 0:
+            shown = output.decode(errors="replace").strip()[-MAX_OUTPUT_SHOWN:]
+            raise base.LaunchError(f"{what} failed (exit {process.returncode}): {shown}")
+
+    async def terminate(self, handle: Mapping[str, Any], worker_id: str) -> None:
+        await stop(handle, grace_s=self.config.grace_s)
+
+
+LAUNCH_SLACK_S = 10.0  # starting the daemon itself, after the setup scripts
+
+# daemons started in this process, per provider name (for max_daemons)
+_CHILDREN: dict[str, dict[int, asyncio.subprocess.Process]] = {}
+
+
+def _live_children(provider: str) -> list[int]:
+    mine = _CHILDREN.setdefault(provider, {})
+    for pid, process in list(mine.items()):
+        if process.returncode is not None:
+            del mine[pid]
+    return list(mine)
+
+
+def _child(pid: int) -> asyncio.subprocess.Process | None:
+    for mine in _CHILDREN.values():
+        if pid in mine:
+            return mine[pid]
+    return None
+
+
+async def _kill_group(process: asyncio.subprocess.Process) -> None:
+    _signal_group(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        await asyncio.shield(process.wait())
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def stop(handle: Mapping[str, Any], *, grace_s: float) -> None:
+    """SIGTERM, up to ``grace_s`` to exit, then SIGKILL. A process already gone is fine."""
+    if not alive(handle):
+        return
+    pid = int(handle["pid"])
+    _signal_group(pid, signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while loop.time() < deadline:
+        child = _child(pid)
+        if child is not None and child.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(child.wait(), timeout=0.1)
+        else:
+            await asyncio.sleep(0.1)
+        if not alive(handle) or (child is not None and child.returncode is not None):
+            return
+    _signal_group(pid, signal.SIGKILL)
+    child = _child(pid)
+    if child is not None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(child.wait(), timeout=5)
+
+
+def install() -> None:
+    base.register("local", base.Kind(config=LocalConfig, factory=LocalProvider, admin_only=True))

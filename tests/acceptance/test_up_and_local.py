@@ -1,0 +1,325 @@
+"""``lakeshore up`` and the ``local`` provider through real processes: the demo end to end,
+daemons launched and retired by the controller, stopped at shutdown, exiting by themselves
+when their server dies, setup scripts run (or failing the launch), and ``local`` admin-only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from tests.acceptance.conftest import (
+    LAKESHORE,
+    WIDE,
+    _PortTaken,
+    _stop,
+    _wait_healthy,
+    clean_env,
+    free_port,
+)
+
+pytestmark = pytest.mark.acceptance
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "/v1/namespaces/default"
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T], timeout_s: float, what: str, every_s: float = 0.25) -> T:
+    """Poll ``probe`` (bounded in time and count) until it returns something truthy."""
+    deadline = time.monotonic() + timeout_s
+    for _ in range(int(timeout_s / every_s) + 1):
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            break
+        time.sleep(every_s)
+    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def running(pid: int, started: int | None = None) -> bool:
+    """Whether ``pid`` is a live (not zombie) process, started at ``started`` if given."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return False
+    return started is None or int(fields[19]) == started
+
+
+def ancestors() -> set[int]:
+    """This process and its parents (never "left behind", never to be killed)."""
+    found, pid = set(), os.getpid()
+    for _ in range(100):
+        if pid <= 1 or pid in found:
+            break
+        found.add(pid)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat[stat.rfind(")") + 2 :].split()[1])
+    return found
+
+
+def processes_using(path: Path) -> list[int]:
+    """Live processes (not this one or its parents) with ``path`` in their command line,
+    or their cwd at or under it."""
+    found, mine = [], ancestors()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            cwd = ""
+        here = cwd == str(path) or cwd.startswith(f"{path}/")
+        if (str(path) in cmdline or here) and running(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_leftovers(path: Path) -> None:
+    """SIGKILL whatever a test started and left running under ``path`` (a failed test's)."""
+    for pid in processes_using(path):
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@dataclass
+class Up:
+    process: subprocess.Popen[bytes]
+    url: str
+    data_dir: Path
+    log_path: Path
+    http: httpx.Client
+
+    def stats(self, queue: str) -> dict[str, Any]:
+        response = self.http.get(f"{NS}/queues/{queue}/stats")
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+    def launches(self, provider: str) -> list[dict[str, Any]]:
+        response = self.http.get(f"{NS}/providers/{provider}/launches", params={"limit": 100})
+        assert response.status_code == 200, response.text
+        result: list[dict[str, Any]] = response.json()["launches"]
+        return result
+
+    def events(self, queue: str, verbose: bool = False) -> list[dict[str, Any]]:
+        params = {"limit": 100, "verbose": verbose}
+        response = self.http.get(f"{NS}/queues/{queue}/events", params=params)
+        assert response.status_code == 200, response.text
+        result: list[dict[str, Any]] = response.json()["events"]
+        return result
+
+    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post(path, json=body)
+        assert response.status_code == 201, response.text
+        result: dict[str, Any] = response.json()
+        return result
+
+
+@contextmanager
+def lakeshore_up(base: Path) -> Iterator[Up]:
+    """``lakeshore up`` on a free port and ``base/data``, ticking every 0.5 s; afterwards it
+    is stopped, and anything left running under ``base`` is killed."""
+    data_dir, log_path = base / "data", base / "up.log"
+    env = clean_env(COLUMNS=WIDE, ELASTICITY_INTERVAL_S="0.5", PYTHONPATH=str(ROOT))
+    process = None
+    try:
+        for _ in range(3):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            args = [str(LAKESHORE), "up", "--host", "127.0.0.1", "--port", str(port)]
+            args += ["--data-dir", str(data_dir), "--log-level", "warning"]
+            start = log_path.stat().st_size if log_path.exists() else 0
+            with log_path.open("ab") as log:
+                process = subprocess.Popen(
+                    args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    env=env, cwd=base,
+                )  # fmt: skip
+            try:
+                _wait_healthy(process, url, log_path, start)
+                break
+            except _PortTaken:
+                _stop(process)
+        else:
+            pytest.fail("no free port for lakeshore up after 3 tries")
+        token = (data_dir / "admin-token").read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+            yield Up(process, url, data_dir, log_path, http)
+    except BaseException:
+        print(f"--- lakeshore up log ---\n{log_path.read_text(errors='replace')}")
+        raise
+    finally:
+        if process is not None:
+            _stop(process)
+        kill_leftovers(base)
+
+
+def elastic_queue(name: str, low: int, high: int, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "elasticity": {"kind": "fully_elastic", "min": low, "max": high}, **extra}
+
+
+def one_live_daemon(up: Up, queue: str, provider: str) -> dict[str, Any]:
+    """Wait until ``queue`` has one daemon; return its launch's handle."""
+    wait_for(lambda: up.stats(queue)["daemonCount"] == 1, 60, f"a daemon on {queue}")
+    [launch] = [x for x in up.launches(provider) if x["state"] == "succeeded"]
+    handle: dict[str, Any] = launch["handle"]
+    assert running(handle["pid"], handle["started"]), handle
+    return handle
+
+
+def test_the_demo_runs_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """``lakeshore demo`` with 40 quick invocations exits 0, reports them all succeeded with
+    the peak fleet and its scale_up / scale_down decisions, and afterwards no process uses
+    its scratch dir (command line or cwd) and the dir is gone."""
+    env = clean_env(COLUMNS=WIDE, TMPDIR=str(tmp_path))
+    args = ["demo", "--invocations", "40", "--seconds", "0.05", "--timeout", "100"]
+    scratch = None
+    try:
+        done = subprocess.run(
+            [str(LAKESHORE), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            env=env, cwd=tmp_path, timeout=180, check=False,
+        )  # fmt: skip
+        output = done.stdout + done.stderr
+        found = re.search(r"data in (\S+?)\)", output)
+        assert found, output
+        scratch = Path(found.group(1))
+        assert done.returncode == 0, output
+        assert "40 invocations succeeded" in output
+        assert "peak daemons" in output
+        assert "scale_up" in output and "scale_down" in output
+        assert processes_using(scratch) == []
+        assert not scratch.exists()
+    finally:
+        kill_leftovers(tmp_path)
+
+
+def test_up_launches_and_retires_local_daemons(tmp_path: Path) -> None:
+    """Under ``lakeshore up`` a fully_elastic queue (0-2, provider "local") runs 20
+    invocations on daemons the controller launches, then drains to zero: the feed shows
+    scale_up and scale_down, every launch succeeded and was terminated, its process gone.
+    A namespace token may not register a ``local`` provider (403)."""
+    with lakeshore_up(tmp_path) as up:
+        names = [p["name"] for p in up.http.get(f"{NS}/providers").json()["providers"]]
+        assert "local" in names
+        up.post(f"{NS}/queues", elastic_queue("work", 0, 2, providerRef="local"))
+        batch = [{"fn": "tests.udfs:sleep", "args": [0.2]} for _ in range(20)]
+        up.post(f"{NS}/queues/work/invocations/batch", {"invocations": batch})
+
+        def drained() -> bool:
+            now = up.stats("work")
+            return (now["byState"]["succeeded"], now["daemonCount"], now["inFlight"]) == (20, 0, 0)
+
+        wait_for(drained, 120, "all 20 done and the fleet back to zero")
+        # a retiring daemon no longer counts; its launch is marked once its process stopped
+        wait_for(
+            lambda: all(x["terminated_at"] for x in up.launches("local")),
+            30,
+            "every launch terminated",
+        )
+        actions = {e["action"] for e in up.events("work")}
+        assert {"scale_up", "scale_down"} <= actions, actions
+        launches = up.launches("local")
+        assert launches
+        for launch in launches:
+            assert launch["state"] == "succeeded", launch
+            assert launch["terminated_at"] is not None, launch
+            handle = launch["handle"]
+            assert not running(handle["pid"], handle["started"]), launch
+
+        up.post("/v1/namespaces", {"name": "team"})
+        token = up.post("/v1/namespaces/team/tokens", {})["token"]
+        team = {"Authorization": f"Bearer {token}"}
+        path = "/v1/namespaces/team/providers"
+        body = {"name": "mine", "kind": "local", "config": {}}
+        refused = up.http.post(path, json=body, headers=team)
+        assert refused.status_code == 403, refused.text
+        fake = up.http.post(path, json={**body, "kind": "fake"}, headers=team)
+        assert fake.status_code == 201, fake.text  # the token may register other kinds
+
+
+def test_shutdown_stops_the_daemons(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) to ``lakeshore up`` with a daemon kept by min 1: it exits 0 and the
+    daemon it launched is no longer running."""
+    with lakeshore_up(tmp_path) as up:
+        up.post(f"{NS}/queues", elastic_queue("kept", 1, 1, providerRef="local"))
+        handle = one_live_daemon(up, "kept", "local")
+        up.process.send_signal(signal.SIGINT)
+        try:
+            code = up.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("lakeshore up did not exit within 60 s of SIGINT")
+        assert code == 0, up.log_path.read_text(errors="replace")
+        assert not running(handle["pid"], handle["started"]), handle
+
+
+def test_a_daemon_exits_when_its_server_dies(tmp_path: Path) -> None:
+    """A daemon launched through a local provider with ``orphan_after_s`` 2 exits by itself
+    once its ``lakeshore up`` is SIGKILLed (nobody is left to stop it)."""
+    work = tmp_path / "quick"
+    with lakeshore_up(tmp_path) as up:
+        config = {"orphan_after_s": 2, "working_dir": str(work)}
+        up.post(f"{NS}/providers", {"name": "quick", "kind": "local", "config": config})
+        up.post(f"{NS}/queues", elastic_queue("lonely", 1, 1, providerRef="quick"))
+        handle = one_live_daemon(up, "lonely", "quick")
+        up.process.send_signal(signal.SIGKILL)
+        up.process.wait(timeout=10)
+        wait_for(
+            lambda: not running(handle["pid"], handle["started"]),
+            30,
+            "the orphaned daemon to exit by itself",
+        )
+        assert processes_using(work) == []
+
+
+def test_setup_scripts_run_first_and_a_failing_one_fails_the_launch(tmp_path: Path) -> None:
+    """A template's setup script runs in the provider's working dir before the daemon
+    starts; one that exits 3 fails the launch (a failed launch row) and the decision is a
+    tick_noop naming the script, its exit code and its output."""
+    work = tmp_path / "setup-wd"
+    with lakeshore_up(tmp_path) as up:
+        config = {"working_dir": str(work)}
+        up.post(f"{NS}/providers", {"name": "setup", "kind": "local", "config": config})
+        good = {"setup_scripts": ["echo ok > setup-ran.txt"], "provider": "setup"}
+        up.post(f"{NS}/queues", elastic_queue("prepared", 1, 1, daemonTemplate=good))
+        bad = {"setup_scripts": ["echo boom >&2; exit 3"], "provider": "setup"}
+        up.post(f"{NS}/queues", elastic_queue("broken", 1, 1, daemonTemplate=bad))
+
+        marker = work / "setup-ran.txt"
+        wait_for(marker.exists, 60, "the setup script's file")
+        wait_for(lambda: marker.read_text().strip() == "ok", 10, "the setup script's output")
+        one_live_daemon(up, "prepared", "setup")
+
+        def failed_noop() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in up.events("broken", verbose=True)
+                if e["action"] == "tick_noop" and "setup script 1 failed" in e["reason"]
+            ]
+
+        noop = wait_for(failed_noop, 60, "the broken queue's failed launch")[0]
+        assert "setup script 1 failed (exit 3)" in noop["reason"], noop
+        assert "boom" in noop["reason"], noop
+        broken = [x for x in up.launches("setup") if x["scope"] == "broken"]
+        assert broken and all(x["state"] == "failed" for x in broken), broken
+        assert "setup script 1 failed (exit 3): boom" in broken[0]["error"], broken[0]
+        assert all(x["handle"] is None for x in broken), broken
