@@ -21,12 +21,15 @@ The statement count must not depend on N (no per-queue round trips); the script 
 
 A second scenario (skip with ``--no-launch``) registers a ``fake`` provider, points
 every queue at it (``providerRef``, ``max 6``) and tops each queue up to 6 pending, so
-every queue launches one daemon on every tick (a fake clock moves past the launch TTL
-between ticks, so the previous launches expire and nothing stays in flight). Each
-launch costs statements of its own (its worker token and launch row, then the provider's
-handle) and a provider call: that is expected and is not a per-queue read. By default it
-runs for N = 100 and 1,000 only (``--launch-sizes``): at 10,000 one tick takes over a
-minute here, so that size gets one tick and no warm-up when asked for.
+every queue launches one daemon on every tick (between ticks, outside the timing, the
+previous tick's launches are marked ``succeeded`` as if their daemons had said hello, so
+nothing stays in flight). Each launch costs statements of its own (its worker token and
+launch row, then the provider's handle) and a provider call: that is expected and is not
+a per-queue read. Then one "expiry" tick: every queue is set back to ``max 5`` (nothing
+to launch), the clock moves past the fake provider's 15 s TTL, and the tick expires the
+last tick's N launches, which never said hello, and asks the provider to stop each one.
+By default this runs for N = 100 and 1,000 only (``--launch-sizes``): at 10,000 one
+launch tick takes over a minute here, so that size gets one tick and no warm-up.
 
 Usage (from the repository root)::
 
@@ -34,14 +37,15 @@ Usage (from the repository root)::
         [--sizes 100,1000,10000] [--repeat 5] [--repeat-large 3]
         [--no-launch | --launch-sizes 100,1000] [--launch-repeat 2]
 
-A fake clock drives the controller (5 s per tick, 16 s per launch tick); wall time is
-measured with ``time.perf_counter``. Every database it creates is dropped.
+A fake clock drives the controller (5 s per tick; 16 s before the expiry tick); wall time
+is measured with ``time.perf_counter``. Exits 1 when the steady statement count varies. Every database it creates is dropped.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import platform
 import secrets
@@ -49,7 +53,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -59,6 +63,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import event, insert, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.queue import parse_spec
@@ -67,6 +72,7 @@ from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 from lakeshore.store.rows import queue_columns
 from lakeshore.store.tables import (
     invocations,
+    launches,
     namespaces,
     providers,
     queues,
@@ -81,7 +87,7 @@ STEADY = {"kind": "fully_elastic", "min": 5, "max": 5}
 LAUNCHING = {"kind": "fully_elastic", "min": 5, "max": 6}
 LAUNCH_PENDING = 6
 TICK_STEP = timedelta(seconds=5)
-LAUNCH_STEP = timedelta(seconds=16)  # past the fake provider's 15 s launch TTL
+EXPIRY_STEP = timedelta(seconds=16)  # past the fake provider's 15 s launch TTL
 
 
 class BenchError(Exception):
@@ -121,6 +127,12 @@ class Counter:
         do = event.listen if on else event.remove
         do(store.engine.sync_engine, "before_cursor_execute", self.on_execute)
         do(store.engine.sync_engine.pool, "checkout", self.on_checkout)
+
+    def show(self, label: str) -> None:
+        """The last tick's statements, tallied (for --verbose)."""
+        print(f"    {label} tick, {self.statements} statements:", flush=True)
+        for text, times in collections.Counter(self.texts).items():
+            print(f"      {times:>6} x {text}", flush=True)
 
     def reset(self) -> None:
         self.statements = 0
@@ -166,6 +178,7 @@ class Result:
     build_s: float
     steady: Ticks
     launch: Ticks | None = None
+    expiry: Ticks | None = None
 
 
 # --- stores --------------------------------------------------------------------------------
@@ -314,6 +327,23 @@ async def make_launching(
     await insert_chunked(store, invocations, rows)
 
 
+async def set_launches(conn: AsyncConnection, state: str, now: datetime) -> None:
+    await conn.execute(
+        update(launches).where(launches.c.state == "in_flight").values(state=state, resolved_at=now)
+    )
+
+
+async def make_steady(store: Store, ns_id: str, now: datetime) -> None:
+    """Every queue back to ``max 5``: with 5 daemons and 6 pending, nothing to launch."""
+    columns = queue_columns(parse_spec({"name": "q0", "elasticity": STEADY}))
+    async with store.write() as conn:
+        await conn.execute(
+            update(queues)
+            .where(queues.c.namespace_id == ns_id)
+            .values(elasticity=columns["elasticity"], updated_at=now)
+        )
+
+
 # --- ticking -------------------------------------------------------------------------------
 
 WATCH_S = 0.005
@@ -342,7 +372,10 @@ async def run_ticks(
     step: timedelta,
     action: str,
     warmup: bool = True,
+    before: Callable[[], Awaitable[None]] | None = None,
 ) -> Ticks:
+    """``1 + repeat`` ticks (the first a warm-up unless ``warmup`` is false); ``before``
+    runs ahead of every tick but the first, outside the timing and the counts."""
     times: list[float] = []
     statements: list[int] = []
     checkouts: list[int] = []
@@ -350,6 +383,8 @@ async def run_ticks(
     warmup_s: float | None = None
     warmup_statements = 0
     for i in range(1 - int(warmup), 1 + repeat):
+        if before is not None and i > 1 - int(warmup):
+            await before()
         counter.reset()
         longest = [0.0]
         watcher = asyncio.create_task(watch_loop(longest))
@@ -394,12 +429,16 @@ async def measure(backend: str, url_text: str, n: int, opts: argparse.Namespace)
             controller, clock, counter, n=n, repeat=repeat, step=TICK_STEP, action="tick_noop"
         )
         if opts.verbose:
-            print(f"    steady tick statements: {counter.texts}", flush=True)
+            counter.show("steady")
         result = Result(backend, n, build_s, steady)
         if opts.launch and n in opts.launch_sizes:
-            counter.attach(store, on=False)
             await make_launching(store, ns_id, ids, opts.pending, clock())
-            counter.attach(store)
+
+            async def hello_all() -> None:
+                """The last tick's daemons said hello (and left): nothing stays in flight."""
+                async with store.write() as conn:
+                    await set_launches(conn, "succeeded", clock())
+
             controller = Controller(store, clock=clock, server_url="http://127.0.0.1:1")
             result.launch = await run_ticks(
                 controller,
@@ -407,10 +446,29 @@ async def measure(backend: str, url_text: str, n: int, opts: argparse.Namespace)
                 counter,
                 n=n,
                 repeat=opts.launch_repeat_large if large else opts.launch_repeat,
-                step=LAUNCH_STEP,
+                step=TICK_STEP,
                 action="scale_up",
                 warmup=not large,
+                before=hello_all,
             )
+            if opts.verbose:
+                counter.show("launch")
+            # The last tick's N launches never say hello: past their TTL, the next tick
+            # expires them and asks the provider to stop each one. No new launches.
+            await make_steady(store, ns_id, clock())
+            clock.advance(EXPIRY_STEP)
+            result.expiry = await run_ticks(
+                controller,
+                clock,
+                counter,
+                n=n,
+                repeat=1,
+                step=TICK_STEP,
+                action="tick_noop",
+                warmup=False,
+            )
+            if opts.verbose:
+                counter.show("expiry")
         return result
     finally:
         await store.close()
@@ -487,6 +545,27 @@ def report(results: list[Result]) -> bool:
             "its own and calls the provider; that is not a\nper-queue read. 'per launch' is "
             "(launch tick - steady tick) / N."
         )
+    expired = [r for r in results if r.expiry is not None]
+    if expired:
+        print()
+        print("expiry tick (the N launches of the last launch tick pass their TTL unanswered):")
+        print(
+            "| backend    |      N | tick (ms) | ms / expired launch | statements "
+            "| per expired launch | connections | loop stall (ms) |"
+        )
+        print(
+            "|------------|-------:|----------:|--------------------:|-----------:"
+            "|-------------------:|------------:|----------------:|"
+        )
+        for r in expired:
+            ex = r.expiry
+            assert ex is not None
+            per = (ex.statements[0] - r.steady.statements[0]) / r.n
+            print(
+                f"| {r.backend:<10} | {r.n:>6,} | {ex.median_ms:>9,.1f} "
+                f"| {ex.median_ms / r.n:>19.3f} | {ex.statements_label:>10} | {per:>18.2f} "
+                f"| {ex.checkouts_label:>11} | {ex.stall_ms:>15,.0f} |"
+            )
     print()
     constant = True
     for backend in sorted({r.backend for r in results}, key=["sqlite", "postgresql"].index):
@@ -559,6 +638,12 @@ def main() -> int:
                 print(
                     f"  launch: {r.launch.warmup_label()}, median "
                     f"{r.launch.median_ms:,.1f} ms, {r.launch.statements_label} statements",
+                    flush=True,
+                )
+            if r.expiry is not None:
+                print(
+                    f"  expiry: {r.expiry.median_ms:,.1f} ms, "
+                    f"{r.expiry.statements_label} statements",
                     flush=True,
                 )
     constant = report(results)

@@ -417,3 +417,18 @@ async def test_a_bad_config_is_refused_at_registration(
     response = await api.post(f"{NS}/providers", json=body)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["field"].startswith(field)
+
+
+def test_capacity_and_instance_type_shape_the_pods_placement() -> None:
+    """One CPU requested per invocation the daemon runs at once, unless the config says;
+    the template's instance type selects nodes by the well-known label."""
+    from lakeshore.providers.kube_manifests import INSTANCE_TYPE_LABEL, pod_manifest
+
+    request = launch_request(capacity=3, instance_type="m5.xlarge")
+    pod = pod_manifest("p", KubeConfig(), request, IMAGE, None)
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "3"}}
+    assert pod["spec"]["nodeSelector"] == {INSTANCE_TYPE_LABEL: "m5.xlarge"}
+    sized = KubeConfig.model_validate({"resources": {"requests": {"cpu": "500m"}}})
+    plain = pod_manifest("p", sized, launch_request(), IMAGE, None)
+    assert plain["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
+    assert "nodeSelector" not in plain["spec"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from lakeshore.cli.apply import Fleet, ServerState, field_changes, make_plan
 from lakeshore.cli.apply_file import ApplyFile, FileInvalid, load, parse_field
+from lakeshore.cli.apply_plan import Fleet, ServerState, field_changes, make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -202,6 +202,22 @@ def _env(request: base.LaunchRequest, secret: str | None) -> list[dict[str, Any]
     return env
 
 
+INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
+
+
+def _resources(config: KubeConfig, request: base.LaunchRequest) -> dict[str, Any]:
+    """The config's requests and limits; without a CPU request, one CPU per invocation the
+    daemon runs at once (its ``capacity``), so the scheduler places it where it fits."""
+    resources: dict[str, Any] = (
+        config.resources.model_dump(exclude_none=True) if config.resources else {}
+    )
+    requests = dict(resources.get("requests") or {})
+    if "cpu" not in requests:
+        requests["cpu"] = str(request.body.capacity)
+        resources["requests"] = requests
+    return resources
+
+
 def pod_manifest(
     name: str, config: KubeConfig, request: base.LaunchRequest, image: str, secret: str | None
 ) -> dict[str, Any]:
@@ -217,9 +233,12 @@ def pod_manifest(
     }
     if config.image_pull_policy is not None:
         container["imagePullPolicy"] = config.image_pull_policy
-    if config.resources is not None:
-        container["resources"] = config.resources.model_dump(exclude_none=True)
+    resources = _resources(config, request)
+    if resources:
+        container["resources"] = resources
     spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if request.body.instance_type:  # the well-known label every node carries
+        spec["nodeSelector"] = {INSTANCE_TYPE_LABEL: request.body.instance_type}
     if config.service_account is not None:
         spec["serviceAccountName"] = config.service_account
     else:  # the daemon runs user code and needs no Kubernetes API token
