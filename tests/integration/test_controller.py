@@ -419,3 +419,28 @@ async def test_an_expired_launch_is_stopped_at_its_provider(
     lost = next(launch for launch in launches if launch["id"] == launch_id)
     assert lost["state"] == "expired"
     assert lost["terminated_at"] is not None and lost["terminate_error"] is None
+
+
+async def test_a_launched_daemon_that_vanishes_is_dropped_and_its_work_runs_again(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    """An instance or pod that disappears stops heartbeating: after the worker TTL its row
+    goes, its lease returns the invocation to the queue, and the controller launches anew."""
+    from lakeshore.services import workers as worker_service
+
+    await provider(api)
+    await queue(api, "vanish", elastic(max=1), providerRef="fk")
+    await submit_many(api, "vanish", 1)
+    launch_id = (await tick(api))["vanish"]["launch_id"]
+    gone = await hello(api, ["vanish"], launch_id=launch_id)
+    [held] = await claim(api, gone)
+    clock.advance(worker_service.WORKER_TTL_S + 1)  # no heartbeat: the machine is gone
+    swept = await worker_service.reap(store, clock())
+    assert (swept["retried"], swept["workers_dropped"]) == (1, 1)
+    decision = (await tick(api))["vanish"]
+    assert decision["before"]["daemon_count"] == 0
+    assert decision["action"] == "scale_up"
+    clock.advance(60)  # past the retry backoff
+    other = await hello(api, ["vanish"])
+    [again] = await claim(api, other)
+    assert (again["id"], again["attempts"]) == (held["id"], 2)
