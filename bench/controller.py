@@ -38,7 +38,8 @@ Usage (from the repository root)::
         [--no-launch | --launch-sizes 100,1000] [--launch-repeat 2]
 
 A fake clock drives the controller (5 s per tick; 16 s before the expiry tick); wall time
-is measured with ``time.perf_counter``. Exits 1 when the steady statement count varies. Every database it creates is dropped.
+is measured with ``time.perf_counter``. Every database it creates is dropped. The exit
+status is 1 when the steady statement count is not the same for every N.
 """
 
 from __future__ import annotations

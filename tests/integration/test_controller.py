@@ -444,3 +444,24 @@ async def test_a_launched_daemon_that_vanishes_is_dropped_and_its_work_runs_agai
     other = await hello(api, ["vanish"])
     [again] = await claim(api, other)
     assert (again["id"], again["attempts"]) == (held["id"], 2)
+
+
+async def test_counters_of_many_queues_reset_together(api: httpx.AsyncClient, store: Store) -> None:
+    """Queues leaving their counters at zero in one tick are cleared in one go."""
+    workers = {}
+    for name in ("warm-a", "warm-b", "warm-c"):
+        await queue(api, name, {"kind": "pool_with_threshold", "max": 3})
+        workers[name] = await hello(api, [name], capacity=1)
+        await submit_many(api, name, 1)
+        assert len(await claim(api, workers[name])) == 1  # utilization 1.0: counts above
+    await tick(api)
+    async with store.read() as conn:
+        counted = (await conn.execute(select(func.count()).select_from(controller_state))).scalar()
+    assert counted == 3
+    for name in workers:  # a second, idle worker: utilization 0.5 (the dead band)
+        await hello(api, [name], capacity=1)
+    decisions = await tick(api)
+    assert all("dead band" in decisions[name]["reason"] for name in workers)
+    async with store.read() as conn:
+        left = (await conn.execute(select(func.count()).select_from(controller_state))).scalar()
+    assert left == 0

@@ -85,6 +85,7 @@ class Controller:
                 conn, [(u.namespace_id, u.scope) for u in units], now
             )
             wanted = {(u.namespace_id, p) for u in units if (p := provider_of(u)) is not None}
+            wanted |= {(launch["namespace_id"], launch["provider_name"]) for launch in expired}
             registrations = await ctl_store.registrations(conn, wanted)
         decisions = []
         for unit in units:
@@ -99,7 +100,7 @@ class Controller:
 
         async def stop_expired(launch: Any) -> None:
             async with gate:
-                await self.ops.stop_expired(launch)
+                await self.ops.stop_expired(launch, registrations)
 
         outcomes = await asyncio.gather(
             *(carry_out(u, d) for u, d in zip(units, decisions, strict=True))

@@ -174,10 +174,12 @@ class FleetOps:
         self.notifier.notify([worker_key(worker_id)])  # its waiting claim answers 410
         return Retired("retired")
 
-    async def stop_expired(self, launch: RowMapping) -> None:
+    async def stop_expired(
+        self, launch: RowMapping, registrations: dict[tuple[str, str], Any] | None = None
+    ) -> None:
         """Stop what an expired launch started (its daemon never said hello): a booted
         instance or pod would otherwise run, and cost, for nothing."""
-        failure = await self._terminate(launch["namespace_id"], "", launch, {})
+        failure = await self._terminate(launch["namespace_id"], "", launch, registrations or {})
         async with self.store.write() as conn:
             await launch_store.terminated(conn, launch["id"], self.clock(), failure)
 

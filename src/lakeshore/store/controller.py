@@ -150,8 +150,10 @@ async def save_counters(
         for (ns, scope), c in values.items()
         if c != Counters()
     ]
-    for ns, scope in zero:
-        await conn.execute(delete(controller_state).where(s.namespace_id == ns, s.scope == scope))
+    if zero:  # one statement, however many queues went back to zero
+        await conn.execute(
+            delete(controller_state).where(tuple_(s.namespace_id, s.scope).in_(sorted(zero)))
+        )
     if rows:
         dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
         stmt = dialect_insert(controller_state)
