@@ -465,3 +465,18 @@ async def test_counters_of_many_queues_reset_together(api: httpx.AsyncClient, st
     async with store.read() as conn:
         left = (await conn.execute(select(func.count()).select_from(controller_state))).scalar()
     assert left == 0
+
+
+async def test_the_server_with_that_node_id_ticks_a_pinned_queue(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    """``serverNodeId`` pins a queue to the server started with that node id."""
+    from lakeshore.services.controller import Controller
+
+    await queue(api, "pinned", elastic(), serverNodeId="node-b")
+    await queue(api, "free", elastic())
+    node_b = Controller(store, clock=clock, server_url="http://b", node_id="node-b")
+    scopes = {d["scope"] for d in await node_b.tick()}
+    assert scopes == {"pinned", "free"}
+    unnamed = Controller(store, clock=clock, server_url="http://a")
+    assert {d["scope"] for d in await unnamed.tick()} == {"free"}
