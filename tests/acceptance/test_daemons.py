@@ -25,7 +25,8 @@ from tests.conftest import BACKENDS, create_pg_database, drop_pg_database
 pytestmark = pytest.mark.acceptance
 
 ROOT = Path(__file__).resolve().parents[2]
-LEASE_S = 2.0  # short, so a dead daemon's work is re-dispatched within seconds
+LEASE_S = 5.0  # short, so a dead daemon's work is re-dispatched within seconds, and long
+# enough that a heartbeat delayed by a busy shared machine does not lose a lease
 NS = "/v1/namespaces/default"
 
 

@@ -40,7 +40,7 @@ def start_server(db: str, port: int, data_dir: Path, log: Path) -> subprocess.Po
     env = clean_env(
         COLUMNS=WIDE,
         LAKESHORE_ADMIN_TOKEN=TOKEN,
-        LAKESHORE_LEASE_S="2",
+        LAKESHORE_LEASE_S="5",
         LAKESHORE_REAPER_INTERVAL_S="0.5",
     )
     args = [str(LAKESHORE), "server", "--host", "127.0.0.1", "--port", str(port), "--db", db]
