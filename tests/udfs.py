@@ -129,3 +129,9 @@ def scaler_hangs(signals: dict[str, Any]) -> str:
 
 def scaler_garbage(signals: dict[str, Any]) -> object:
     return 42
+
+
+def pid_then_sleep(path: str, seconds: float) -> None:
+    """Write this process's id to ``path``, then sleep (a child to be killed)."""
+    Path(path).write_text(str(os.getpid()), encoding="utf-8")
+    time.sleep(seconds)

@@ -78,6 +78,23 @@ def succeeded(http: httpx.Client, queue: str) -> int:
         return 0
 
 
+def report_unfinished(
+    http: httpx.Client, queue: str, daemons: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """What is left when the run does not finish: for the failure's captured output."""
+    try:
+        print("stats:", http.get(f"{NS}/queues/{queue}/stats").json())
+        left = [i for i in all_invocations(http, queue) if i["state"] != "succeeded"]
+        for i in left[:20]:
+            keys = ("id", "state", "attempts", "worker", "error", "started_at", "lease_expires_at")
+            print({k: i.get(k) for k in keys})
+    except httpx.HTTPError as exc:
+        print("server unreachable:", exc)
+    for n, daemon in enumerate(daemons):
+        text = (tmp_path / f"daemon-{n}.log").read_text(errors="replace")
+        print(f"daemon {n} exit code {daemon.poll()}; log tail:\n{text[-3000:]}")
+
+
 def test_kill_9_of_the_server_mid_run_loses_nothing(database: str, tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -105,7 +122,11 @@ def test_kill_9_of_the_server_mid_run_loses_nothing(database: str, tmp_path: Pat
         assert 200 <= len(ledger.read_text().split()) < 1000  # killed mid-run
 
         server = start_server(database, port, data_dir, log)
-        wait_for(lambda: succeeded(http, queue) == 1000, 240, "every invocation to succeed")
+        try:
+            wait_for(lambda: succeeded(http, queue) == 1000, 240, "every invocation to succeed")
+        except BaseException:
+            report_unfinished(http, queue, daemons, tmp_path)
+            raise
     finally:
         for daemon in daemons:
             stop(daemon)

@@ -229,6 +229,51 @@ async def test_heartbeats_keep_a_lease(
     assert done.status_code == 200
 
 
+async def test_what_a_daemon_holds_without_running_goes_back_at_its_heartbeat(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    """A claim's answer lost (the server died as it answered): the daemon never runs
+    those invocations; its heartbeat lists what it runs, and the rest go back to the
+    queue without spending an attempt, while its other leases are kept."""
+    for n in range(3):
+        await submit(api, "lost", key=f"k{n}")
+    worker = await hello(api, ["lost"])
+    runs, *lost = await claim(api, worker, max=3)
+
+    clock.advance(10)  # within a lease of the claim: its answer may still be on its way
+    beat = await api.post(f"{W}/{worker}/heartbeat", json={"running": [runs["id"]]})
+    assert (beat.json()["held"], beat.json()["released"]) == (
+        sorted(i["id"] for i in (runs, *lost)),
+        0,
+    )
+
+    clock.advance(worker_service.LEASE_S)
+    beat = await api.post(f"{W}/{worker}/heartbeat", json={"running": [runs["id"]]})
+    assert (beat.json()["held"], beat.json()["released"]) == ([runs["id"]], 2)
+    assert (await worker_service.reap(store, clock()))["retried"] == 0
+
+    other = await hello(api, ["lost"])
+    again = await claim(api, other, max=3)
+    assert sorted((i["id"], i["attempts"]) for i in again) == sorted((i["id"], 1) for i in lost)
+    done = await api.post(f"{W}/{worker}/invocations/{runs['id']}/complete", json={"result": 1})
+    assert done.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"running": "inv_1"}, {"running": [1]}, {"runnin": []}, {"running": ["x" * 65]}, []],
+)
+async def test_a_malformed_heartbeat_is_refused_and_changes_nothing(
+    api: httpx.AsyncClient, body: Any
+) -> None:
+    await submit(api, "q")
+    worker = await hello(api, ["q"])
+    [got] = await claim(api, worker)
+    beat = await api.post(f"{W}/{worker}/heartbeat", json=body)
+    assert beat.status_code == 422, beat.text
+    assert (await api.get(f"{NS}/invocations/{got['id']}")).json()["worker"] == worker
+
+
 async def test_a_cancelled_invocation_leaves_the_holder(api: httpx.AsyncClient) -> None:
     await submit(api, "q")
     worker = await hello(api, ["q"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lakeshore.daemon import runner
@@ -48,3 +49,22 @@ def test_the_timeout_covers_the_whole_generator(tmp_path: Any) -> None:
     outcome, items = run("gated", 3, str(tmp_path / "never"), timeout_s=0.5)
     assert items == [0]
     assert (outcome.ok, outcome.error["type"]) == (False, "TimeoutError")
+
+
+def test_kill_stops_the_child_and_the_wait_ends() -> None:
+    """A daemon that loses a lease kills the child; the thread waiting on it returns."""
+    run = runner.Run("tests.udfs:sleep", [60], {}, None)
+    run.start()
+    waiter = ThreadPoolExecutor(1)
+    outcome = waiter.submit(run.wait)
+    run.kill()
+    result = outcome.result(timeout=30)
+    waiter.shutdown()
+    assert (result.ok, result.error["type"]) == (False, "Stopped")
+
+
+def test_kill_before_start_stops_the_child_as_it_starts() -> None:
+    run = runner.Run("tests.udfs:sleep", [60], {}, None)
+    run.kill()
+    result = run()
+    assert (result.ok, result.error["type"]) == (False, "Stopped")

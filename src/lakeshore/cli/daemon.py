@@ -94,7 +94,7 @@ def run(
         asyncio.run(daemon.run())
     except DaemonError as exc:
         raise CliError(str(exc)) from exc
-    except httpx.ConnectError as exc:
+    except httpx.TransportError as exc:
         raise CliError(f"cannot reach the Lakeshore server at {cli.server} ({exc})") from exc
     output.note(f"daemon stopped: {daemon.completed} succeeded, {daemon.failed} failed")
 

@@ -10,11 +10,13 @@ and children that die are all reported as an :class:`Outcome`; nothing raises.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
 import multiprocessing
 import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Generator
@@ -135,6 +137,79 @@ def _receive(
         return "died", None
 
 
+_FORK = threading.Lock()  # one fork at a time: see Run.start
+
+
+class Run:
+    """One invocation's child process: ``start`` forks it, ``wait`` blocks until its
+    outcome (call it from a thread), ``kill`` ends it early from any thread (a lease that
+    was lost, a daemon stopping) so nothing keeps running for an invocation this daemon
+    no longer holds."""
+
+    def __init__(
+        self,
+        fn: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        timeout_s: float | None,
+        on_item: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.fn, self.timeout_s, self.on_item = fn, timeout_s, on_item
+        self._args = (fn, args, kwargs)
+        self._child: Any = None
+        self._killed = False
+
+    def start(self) -> None:
+        """Fork the child. Forks are serialised with the pipe's creation and the parent
+        closing its copy of the child's end: a child forked by another thread in between
+        would inherit that end, and a crash of this child would go unseen (no EOF) until
+        that other child exited too."""
+        context = _context()
+        with _FORK:
+            receiver, sender = context.Pipe(duplex=False)
+            child = context.Process(target=_child, args=(sender, *self._args), daemon=True)
+            child.start()
+            sender.close()
+        self._receiver, self._child = receiver, child
+        if self._killed:
+            child.kill()
+
+    def kill(self) -> None:
+        self._killed = True
+        if self._child is not None and self._child.exitcode is None:
+            with contextlib.suppress(OSError):
+                self._child.kill()
+
+    def wait(self) -> Outcome:
+        child, fn, timeout_s = self._child, self.fn, self.timeout_s
+        try:
+            kind, payload = _receive(self._receiver, timeout_s, self.on_item)
+        finally:
+            self._receiver.close()
+        if kind == "timeout":
+            child.kill()
+        child.join(5)
+        if kind == "ok":
+            return Outcome(ok=True, result=json.loads(payload))
+        if kind == "error":
+            retry = bool(payload.pop("retry", True))
+            return Outcome(ok=False, error=payload, retry=retry)
+        if kind == "timeout":
+            message = f"{fn} ran past its timeout of {timeout_s} s"
+            return Outcome(ok=False, error={"type": "TimeoutError", "message": message})
+        if self._killed:
+            message = f"the process running {fn} was stopped by the daemon"
+            return Outcome(ok=False, error={"type": "Stopped", "message": message})
+        code = child.exitcode
+        message = f"the process running {fn} died (exit code {code})"
+        return Outcome(ok=False, error={"type": "WorkerCrash", "message": message})
+
+    def __call__(self) -> Outcome:
+        """Start and wait (blocking; call it from a thread)."""
+        self.start()
+        return self.wait()
+
+
 def run(
     fn: str,
     args: list[Any],
@@ -143,26 +218,4 @@ def run(
     on_item: Callable[[Any], None] | None = None,
 ) -> Outcome:
     """Run one invocation in a child process (blocking; call it from a thread)."""
-    context = _context()
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(sender, fn, args, kwargs), daemon=True)
-    child.start()
-    sender.close()
-    try:
-        kind, payload = _receive(receiver, timeout_s, on_item)
-    finally:
-        receiver.close()
-    if kind == "timeout":
-        child.kill()
-    child.join(5)
-    if kind == "ok":
-        return Outcome(ok=True, result=json.loads(payload))
-    if kind == "error":
-        retry = bool(payload.pop("retry", True))
-        return Outcome(ok=False, error=payload, retry=retry)
-    if kind == "timeout":
-        error = {"type": "TimeoutError", "message": f"{fn} ran past its timeout of {timeout_s} s"}
-        return Outcome(ok=False, error=error)
-    code = child.exitcode
-    error = {"type": "WorkerCrash", "message": f"the process running {fn} died (exit code {code})"}
-    return Outcome(ok=False, error=error)
+    return Run(fn, args, kwargs, timeout_s, on_item)()

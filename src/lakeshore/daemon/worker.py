@@ -14,6 +14,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,9 @@ class DaemonConfig:
     claim_timeout_s: float = 20.0
     grace_s: float = 30.0
     orphan_after_s: float | None = None
+    hello_attempts: int = 30
+    retry_s: float = 1.0  # first wait after a failed request; doubles up to 5 s
+    transport: httpx.AsyncBaseTransport | None = None  # tests serve the API in-process
 
 
 @dataclass
@@ -52,16 +56,23 @@ class Daemon:
     retired: bool = False
     orphaned: bool = False
     unreachable_since: float | None = None
+    worker_id: str = ""
+    executor: ThreadPoolExecutor = field(init=False)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop.set)
+        # one thread per slot to wait on its child (the default pool has cores + 4)
+        self.executor = ThreadPoolExecutor(self.config.capacity, thread_name_prefix="run")
         headers = {"Authorization": f"Bearer {self.config.token}"}
         timeout = httpx.Timeout(10.0, read=self.config.claim_timeout_s + 10.0)
         async with httpx.AsyncClient(
-            base_url=self.config.server, headers=headers, timeout=timeout
+            base_url=self.config.server,
+            headers=headers,
+            timeout=timeout,
+            transport=self.config.transport,
         ) as http:
             self.http = http
             info = await self._hello()
@@ -77,6 +88,7 @@ class Daemon:
                 beat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await beat
+                self.executor.shutdown(wait=False, cancel_futures=True)
         return 0
 
     async def _bye(self) -> None:
@@ -96,17 +108,36 @@ class Daemon:
             "capabilities": {"max_invocations": self.config.capacity},
         }
         for key, value in (
-            ("id", self.config.worker_id),
+            ("id", self.worker_id or self.config.worker_id),  # a second hello keeps the id
             ("namespace", self.config.namespace),
             ("launch_id", self.config.launch_id),
         ):
             if value:
                 body[key] = value
-        response = await self.http.post("/v1/workers/hello", json=body)
-        _raise_for(response)
-        return dict(response.json())
+        failures = 0
+        while True:
+            try:
+                response = await self.http.post("/v1/workers/hello", json=body)
+            except httpx.TransportError as exc:
+                if failures >= self.config.hello_attempts - 1 or self._orphaned():
+                    raise
+                log.warning("hello failed (%s); retrying", exc)
+            else:
+                if not _transient(response) or failures >= self.config.hello_attempts - 1:
+                    _raise_for(response)
+                    self.unreachable_since = None
+                    return dict(response.json())
+                log.warning("hello refused for now (%d); retrying", response.status_code)
+            await self._sleep(self._backoff(failures))
+            failures += 1
+            if self.stop.is_set():
+                raise DaemonError("stopped before the server answered hello")
+
+    def _backoff(self, failures: int) -> float:
+        return float(min(5.0, self.config.retry_s * 2 ** min(failures, 8)))
 
     async def _claim_loop(self) -> None:
+        failures = 0
         while not self.stop.is_set():
             free = self.config.capacity - len(self.running)
             if free <= 0:
@@ -121,28 +152,40 @@ class Daemon:
                 log.warning("claim failed (%s); retrying", exc)
                 if self._orphaned():
                     return
-                await self._sleep(1.0)
-                continue
-            self.unreachable_since = None
+                response = None
+            else:
+                self.unreachable_since = None
+                if response is None:
+                    return  # stopping
+                if _transient(response):  # overloaded, restarting, or its store is down
+                    log.warning("claim refused for now (%d); retrying", response.status_code)
+                    response = None
             if response is None:
-                return  # stopping
-            if response.status_code == 410:
-                log.info("retired by the control plane; finishing and exiting")
-                self.retired = True
-                self.stop.set()
-                return
-            if response.status_code == 404:  # dropped while unreachable: register again
-                log.warning("the server no longer knows this worker; saying hello again")
-                await self._hello()
+                await self._sleep(self._backoff(failures))
+                failures += 1
                 continue
-            _raise_for(response)
-            claimed = response.json()["invocations"]
-            for invocation in claimed:
-                task = asyncio.create_task(self._execute(invocation), name=invocation["id"])
-                self.running[invocation["id"]] = task
-                task.add_done_callback(self._forget)
-            if self.config.burst and not claimed and not self.running:
+            failures = 0
+            if not await self._take(response):
                 return
+
+    async def _take(self, response: httpx.Response) -> bool:
+        """Start what a claim returned; False when the daemon should stop claiming."""
+        if response.status_code == 410:
+            log.info("retired by the control plane; finishing and exiting")
+            self.retired = True
+            self.stop.set()
+            return False
+        if response.status_code == 404:  # dropped while unreachable: register again
+            log.warning("the server no longer knows this worker; saying hello again")
+            await self._hello()
+            return True
+        _raise_for(response)
+        claimed = response.json()["invocations"]
+        for invocation in claimed:
+            task = asyncio.create_task(self._execute(invocation), name=invocation["id"])
+            self.running[invocation["id"]] = task
+            task.add_done_callback(self._forget)
+        return not (self.config.burst and not claimed and not self.running)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self.running.pop(task.get_name(), None)
@@ -182,7 +225,9 @@ class Daemon:
         while True:
             await asyncio.sleep(every_s)
             try:
-                response = await self.http.post(f"/v1/workers/{self.worker_id}/heartbeat")
+                response = await self.http.post(
+                    f"/v1/workers/{self.worker_id}/heartbeat", json={"running": list(self.running)}
+                )
                 if response.status_code == 410 and not self.stop.is_set():
                     log.info("retired by the control plane; finishing and exiting")
                     self.retired = True
@@ -195,6 +240,8 @@ class Daemon:
             except httpx.HTTPError as exc:
                 log.warning("heartbeat failed: %s", exc)
                 self._orphaned()
+            except Exception:  # a malformed answer must not end the heartbeat
+                log.exception("heartbeat answer not understood")
 
     def _orphaned(self) -> bool:
         """Whether the server has been unreachable for longer than ``orphan_after_s`` (a
@@ -214,16 +261,20 @@ class Daemon:
     async def _execute(self, invocation: dict[str, Any]) -> None:
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
         items = ItemSender(self.http, f"{base}/stream")
+        run = runner.Run(
+            invocation["fn"],
+            invocation["args"],
+            invocation["kwargs"],
+            invocation["timeout_s"],
+            items.put,
+        )
+        loop = asyncio.get_running_loop()
         try:
-            outcome = await asyncio.to_thread(
-                runner.run,
-                invocation["fn"],
-                invocation["args"],
-                invocation["kwargs"],
-                invocation["timeout_s"],
-                items.put,
-            )
+            outcome = await loop.run_in_executor(self.executor, run)
             await items.close()
+        except asyncio.CancelledError:
+            run.kill()  # the lease is lost or the grace period is over: stop the child
+            raise
         finally:
             items.cancel()
         if items.error is not None:
@@ -244,6 +295,10 @@ class Daemon:
                 log.warning("report failed (%s); retrying", exc)
                 await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
                 continue
+            if _transient(response):
+                log.warning("report refused for now (%d); retrying", response.status_code)
+                await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
+                continue
             if response.status_code == 409:
                 log.warning("%s refused: %s", path, response.text)
             elif response.status_code in (413, 422) and path.endswith("/complete"):
@@ -259,6 +314,11 @@ class Daemon:
 
 class DaemonError(Exception):
     pass
+
+
+def _transient(response: httpx.Response) -> bool:
+    """A refusal worth retrying: the server is overloaded, restarting, or its store is down."""
+    return response.status_code == 429 or response.status_code >= 500
 
 
 def _raise_for(response: httpx.Response) -> None:

@@ -4,7 +4,7 @@ the reaper that returns a dead worker's work to the queue."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -181,15 +181,40 @@ async def claim(
 
 
 async def heartbeat(
-    store: Store, caller: Principal, worker_id: str, now: datetime, *, lease_s: float = LEASE_S
+    store: Store,
+    notifier: Notifier,
+    caller: Principal,
+    worker_id: str,
+    now: datetime,
+    *,
+    lease_s: float = LEASE_S,
+    running: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """Extend every lease the worker holds; the answer lists what it still holds, so a
-    daemon learns of cancellations and of leases it lost."""
+    """Extend the worker's leases; the answer lists what it still holds, so a daemon
+    learns of cancellations and of leases it lost.
+
+    A daemon that says what it ``running`` gets only those extended. What it holds
+    without running it (a claim's answer lost when a server died mid-answer, a result it
+    could not deliver) goes back to its queue at once, attempt not counted, unless it was
+    claimed less than a lease ago (that answer may still be on its way). Without
+    ``running`` every lease is extended."""
     worker = await _worker(store, caller, worker_id)
+    claimed_since = now - timedelta(seconds=lease_s)
     async with store.write() as conn:
         await worker_store.touch(conn, worker.id, now)
-        held = await inv_store.extend_leases(conn, worker.id, now, lease_s)
-    return {"held": held, "lease_expires_at": (now + timedelta(seconds=lease_s)).isoformat()}
+        released: list[str] = []
+        if running is not None:
+            released = await inv_store.release_unknown(conn, worker.id, running, claimed_since, now)
+            await wakeups.publish(conn, released)
+        held = await inv_store.extend_leases(
+            conn, worker.id, now, lease_s, running=running, claimed_since=claimed_since
+        )
+    notifier.notify(released)
+    return {
+        "held": held,
+        "released": len(released),
+        "lease_expires_at": (now + timedelta(seconds=lease_s)).isoformat(),
+    }
 
 
 async def complete(

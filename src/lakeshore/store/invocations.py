@@ -9,7 +9,7 @@ database never hand one invocation to two workers; on SQLite the write transacti
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -224,16 +224,62 @@ async def fail(
 
 
 async def extend_leases(
-    conn: AsyncConnection, worker_id: str, now: datetime, lease_s: float
+    conn: AsyncConnection,
+    worker_id: str,
+    now: datetime,
+    lease_s: float,
+    *,
+    running: Collection[str] | None = None,
+    claimed_since: datetime | None = None,
 ) -> list[str]:
-    """Extend every lease the worker holds; returns the ids it still holds."""
-    held = await conn.execute(
+    """Extend the leases the worker holds; returns the ids extended.
+
+    With ``running`` (what the daemon says it runs), only those, and the ones claimed at
+    or after ``claimed_since`` (their claim's answer may still be on its way), are
+    extended; see :func:`release_unknown` for the rest."""
+    held: list[ColumnElement[bool]] = [C.worker_id == worker_id, C.state == "running"]
+    if running is not None:
+        listed = C.id.in_(list(running))
+        recent = C.started_at >= claimed_since if claimed_since else None
+        held.append(listed if recent is None else or_(listed, recent))
+    done = await conn.execute(
         update(invocations)
-        .where(C.worker_id == worker_id, C.state == "running")
+        .where(*held)
         .values(lease_expires_at=now + timedelta(seconds=lease_s))
         .returning(C.id)
     )
-    return sorted(held.scalars())
+    return sorted(done.scalars())
+
+
+async def release_unknown(
+    conn: AsyncConnection,
+    worker_id: str,
+    running: Collection[str],
+    claimed_before: datetime,
+    now: datetime,
+) -> list[str]:
+    """Hand back what the worker holds but does not run, claimed before ``claimed_before``:
+    a claim whose answer never reached the daemon (the server died as it answered, the
+    connection dropped) or a result that could not be delivered. The attempt is not
+    counted, as with :func:`hand_back`. One queue id per invocation handed back."""
+    done = await conn.execute(
+        update(invocations)
+        .where(
+            C.worker_id == worker_id,
+            C.state == "running",
+            C.id.not_in(list(running)),
+            C.started_at < claimed_before,
+        )
+        .values(
+            state="pending",
+            worker_id=None,
+            lease_expires_at=None,
+            available_at=now,
+            attempts=C.attempts - 1,
+        )
+        .returning(C.queue_id)
+    )
+    return [str(queue_id) for queue_id in done.scalars()]
 
 
 async def reap_expired(

@@ -82,10 +82,28 @@ async def bye(worker_id: str, state: State, caller: Caller) -> dict[str, Any]:
     return await worker_service.bye(state.store, state.notifier, caller, worker_id, state.clock())
 
 
+class HeartbeatIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    running: (
+        Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=10_000)] | None
+    ) = None
+
+
 @router.post("/{worker_id}/heartbeat", summary="Extend the leases the worker holds")
-async def heartbeat(worker_id: str, state: State, caller: Caller) -> dict[str, Any]:
+async def heartbeat(
+    worker_id: str, state: State, caller: Caller, body: HeartbeatIn | None = None
+) -> dict[str, Any]:
+    """With ``running`` (the ids the daemon runs), only those leases are extended, and
+    what the worker holds without running it (claimed over a lease ago) goes back to its
+    queue; without it, every lease the worker holds is extended."""
     return await worker_service.heartbeat(
-        state.store, caller, worker_id, state.clock(), lease_s=state.settings.lease_s
+        state.store,
+        state.notifier,
+        caller,
+        worker_id,
+        state.clock(),
+        lease_s=state.settings.lease_s,
+        running=None if body is None else body.running,
     )
 
 
