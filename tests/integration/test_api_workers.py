@@ -214,6 +214,35 @@ async def test_an_expired_lease_returns_to_pending_then_fails_when_spent(
     assert (final["state"], final["error"]["type"]) == ("failed", "LeaseExpired")
 
 
+async def test_one_sweep_fails_spent_leases_and_backs_off_each_by_its_attempt(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    b = await submit(api, "sweep", max_attempts=3)
+    worker = await hello(api, ["sweep"])
+    await claim(api, worker)
+    clock.advance(worker_service.LEASE_S + 1)
+    assert (await worker_service.reap(store, clock()))["retried"] == 1
+    clock.advance(1)
+    a = await submit(api, "sweep", max_attempts=1)
+    c = await submit(api, "sweep", max_attempts=3)
+    leased = {i["id"]: i["attempts"] for i in await claim(api, worker)}
+    assert leased == {a["id"]: 1, b["id"]: 2, c["id"]: 1}
+
+    clock.advance(worker_service.LEASE_S + 1)
+    assert await worker_service.reap(store, clock()) == {
+        "retried": 2,
+        "failed": 1,
+        "workers_dropped": 0,
+    }
+    failed = (await api.get(f"{NS}/invocations/{a['id']}")).json()
+    assert (failed["state"], failed["error"]["type"]) == ("failed", "LeaseExpired")
+    assert await claim(api, worker) == []
+    clock.advance(1)  # c's backoff after its first attempt
+    assert [i["id"] for i in await claim(api, worker)] == [c["id"]]
+    clock.advance(1)  # b's after its second
+    assert [i["id"] for i in await claim(api, worker)] == [b["id"]]
+
+
 async def test_heartbeats_keep_a_lease(
     api: httpx.AsyncClient, store: Store, clock: FakeClock
 ) -> None:

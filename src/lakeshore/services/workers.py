@@ -204,7 +204,9 @@ async def heartbeat(
         await worker_store.touch(conn, worker.id, now)
         released: list[str] = []
         if running is not None:
-            released = await inv_store.release_unknown(conn, worker.id, running, claimed_since, now)
+            released = await inv_store.hand_back(
+                conn, worker.id, now, running=running, claimed_before=claimed_since
+            )
             await wakeups.publish(conn, released)
         held = await inv_store.extend_leases(
             conn, worker.id, now, lease_s, running=running, claimed_since=claimed_since

@@ -236,7 +236,7 @@ async def extend_leases(
 
     With ``running`` (what the daemon says it runs), only those, and the ones claimed at
     or after ``claimed_since`` (their claim's answer may still be on its way), are
-    extended; see :func:`release_unknown` for the rest."""
+    extended; see :func:`hand_back` for the rest."""
     held: list[ColumnElement[bool]] = [C.worker_id == worker_id, C.state == "running"]
     if running is not None:
         listed = C.id.in_(list(running))
@@ -251,37 +251,6 @@ async def extend_leases(
     return sorted(done.scalars())
 
 
-async def release_unknown(
-    conn: AsyncConnection,
-    worker_id: str,
-    running: Collection[str],
-    claimed_before: datetime,
-    now: datetime,
-) -> list[str]:
-    """Hand back what the worker holds but does not run, claimed before ``claimed_before``:
-    a claim whose answer never reached the daemon (the server died as it answered, the
-    connection dropped) or a result that could not be delivered. The attempt is not
-    counted, as with :func:`hand_back`. One queue id per invocation handed back."""
-    done = await conn.execute(
-        update(invocations)
-        .where(
-            C.worker_id == worker_id,
-            C.state == "running",
-            C.id.not_in(list(running)),
-            C.started_at < claimed_before,
-        )
-        .values(
-            state="pending",
-            worker_id=None,
-            lease_expires_at=None,
-            available_at=now,
-            attempts=C.attempts - 1,
-        )
-        .returning(C.queue_id)
-    )
-    return [str(queue_id) for queue_id in done.scalars()]
-
-
 async def reap_expired(
     conn: AsyncConnection, now: datetime, *, limit: int = 1000
 ) -> dict[str, int]:
@@ -294,30 +263,51 @@ async def reap_expired(
     if _is_pg(conn):
         query = query.with_for_update(skip_locked=True)
     rows = (await conn.execute(query)).all()
+    # one UPDATE per outcome: failed, or back to pending after the backoff of its attempt
+    groups: dict[int | None, list[str]] = {}
+    for invocation_id, attempts, max_attempts in rows:
+        retried = after_failure(attempts, max_attempts, retry=True) == "pending"
+        groups.setdefault(attempts if retried else None, []).append(invocation_id)
     counts = {"retried": 0, "failed": 0}
     error = {"type": "LeaseExpired", "message": "the worker stopped renewing its lease"}
-    for invocation_id, attempts, max_attempts in rows:
-        state = after_failure(attempts, max_attempts, retry=True)
-        values: dict[str, Any] = {"state": state, "lease_expires_at": None, "error": error}
-        if state == "pending":
-            delay = timedelta(seconds=retry_backoff_s(attempts))
-            values.update(worker_id=None, available_at=now + delay)
-            counts["retried"] += 1
+    for attempts, ids in groups.items():
+        values: dict[str, Any] = {"lease_expires_at": None, "error": error}
+        if attempts is None:
+            values.update(state="failed", finished_at=now)
+            counts["failed"] += len(ids)
         else:
-            values["finished_at"] = now
-            counts["failed"] += 1
-        stmt = update(invocations).where(C.id == invocation_id, C.state == "running")
+            delay = timedelta(seconds=retry_backoff_s(attempts))
+            values.update(state="pending", worker_id=None, available_at=now + delay)
+            counts["retried"] += len(ids)
+        stmt = update(invocations).where(C.id.in_(ids), C.state == "running")
         await conn.execute(stmt.values(values))
     return counts
 
 
-async def hand_back(conn: AsyncConnection, worker_id: str, now: datetime) -> list[str]:
+async def hand_back(
+    conn: AsyncConnection,
+    worker_id: str,
+    now: datetime,
+    *,
+    running: Collection[str] = (),
+    claimed_before: datetime | None = None,
+) -> list[str]:
     """Return the worker's running invocations to pending, claimable now, their attempt
-    not counted (the worker stopped; the function did not fail). One queue id per
-    invocation handed back."""
+    not counted (the worker stopped, or never ran them; the function did not fail). One
+    queue id per invocation handed back.
+
+    A worker still alive keeps what it says it is ``running`` and what it claimed at or
+    after ``claimed_before``; the rest it holds without running: a claim whose answer
+    never reached it (the server died as it answered, the connection dropped) or a result
+    it could not deliver."""
+    held: list[ColumnElement[bool]] = [C.worker_id == worker_id, C.state == "running"]
+    if running:
+        held.append(C.id.not_in(list(running)))
+    if claimed_before is not None:
+        held.append(C.started_at < claimed_before)
     done = await conn.execute(
         update(invocations)
-        .where(C.worker_id == worker_id, C.state == "running")
+        .where(*held)
         .values(
             state="pending",
             worker_id=None,
