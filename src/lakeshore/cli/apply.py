@@ -70,7 +70,7 @@ def gather(cli: CliContext, namespace: str, file: ApplyFile) -> ServerState:
 
 def _busy(exc: CliError) -> bool:
     """A refused retire because the daemon took work since the plan (409)."""
-    return "[409 " in str(exc)
+    return exc.status == 409
 
 
 def _run(cli: CliContext, namespace: str, step: Step) -> None:

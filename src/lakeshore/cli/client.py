@@ -11,7 +11,12 @@ from httpx_sse import SSEError, connect_sse
 
 
 class CliError(Exception):
-    """A failure to show the user as one line, then exit non-zero."""
+    """A failure to show the user as one line, then exit non-zero; ``status`` is the
+    server's HTTP status when the server refused the request."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ApiClient:
@@ -51,7 +56,7 @@ class ApiClient:
             raise CliError(f"request to {self.server} failed ({type(exc).__name__})") from exc
         if response.is_success:
             return response.json() if response.content else None
-        raise CliError(_refusal(response))
+        raise CliError(_refusal(response), status=response.status_code)
 
     def events(self, path: str, *, params: dict[str, Any] | None = None) -> Iterator[Any]:
         """Server-sent events from ``path``: (event, id, data as JSON) as they arrive."""
@@ -60,7 +65,7 @@ class ApiClient:
             with connect_sse(self._http, "GET", path, params=params, timeout=timeout) as source:
                 if not source.response.is_success:
                     source.response.read()
-                    raise CliError(_refusal(source.response))
+                    raise CliError(_refusal(source.response), status=source.response.status_code)
                 for event in source.iter_sse():
                     yield event.event, event.id, jsonlib.loads(event.data)
         except httpx.ConnectError as exc:
