@@ -135,3 +135,11 @@ def pid_then_sleep(path: str, seconds: float) -> None:
     """Write this process's id to ``path``, then sleep (a child to be killed)."""
     Path(path).write_text(str(os.getpid()), encoding="utf-8")
     time.sleep(seconds)
+
+
+IMPORTED_BY = os.getpid()  # the process that imported this module
+
+
+def imported_before_fork() -> bool:
+    """Whether this module came from the daemon (``--preload``) rather than this child."""
+    return os.getpid() != IMPORTED_BY

@@ -397,6 +397,19 @@ def test_unreachable_server_exits_nonzero_with_a_clear_message(offline_cli: Cli)
     assert "is `lakeshore server` running?" in result.message
 
 
+def test_a_module_that_cannot_be_preloaded_stops_the_daemon_at_start(
+    offline_cli: Cli,
+) -> None:
+    result = offline_cli.run(
+        "--token", "t", "daemon", "run", "--preload", "tests.no_such_module", "--burst"
+    )
+    assert_clean_failure(result)
+    assert "cannot preload tests.no_such_module: ModuleNotFoundError" in result.message
+    result = offline_cli.run("--token", "t", "daemon", "run", "--preload", "not a module")
+    assert_clean_failure(result)
+    assert "'not a module' is not a module name" in result.message
+
+
 # --- invalid input ---------------------------------------------------------------------------
 
 

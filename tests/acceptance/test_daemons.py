@@ -223,6 +223,23 @@ def test_a_failing_udf_is_retried_then_failed_with_its_error(
     assert crashed["error"]["type"] == "WorkerCrash"
 
 
+def test_preloaded_modules_are_inherited_by_each_child(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    queue = f"preload-{server.backend}"
+    results = []
+    for extra in ((), ("--preload", "tests.udfs")):
+        body = {"fn": "tests.udfs:imported_before_fork"}
+        created = http.post(f"{NS}/queues/{queue}/invocations", json=body).json()
+        daemon = start_daemon(server, tmp_path / "d.log", "--queue", queue, "--burst", *extra)
+        try:
+            assert daemon.wait(timeout=60) == 0, (tmp_path / "d.log").read_text()
+        finally:
+            stop(daemon)
+        results.append(http.get(f"{NS}/invocations/{created['id']}").json()["result"])
+    assert results == [False, True]
+
+
 def test_sigterm_lets_running_work_finish(
     server: LakeshoreServer, http: httpx.Client, tmp_path: Path
 ) -> None:

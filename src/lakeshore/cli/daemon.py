@@ -12,6 +12,7 @@ import typer
 from lakeshore.cli import context, output
 from lakeshore.cli.client import CliError
 from lakeshore.config import read_local_admin_token as local_admin_token
+from lakeshore.daemon import runner as runner_module
 from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
 
 app = typer.Typer(
@@ -50,6 +51,15 @@ def run(
     grace: Annotated[
         float, typer.Option(help="Seconds to let running work finish after SIGTERM.", min=0)
     ] = 30.0,
+    preload: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--preload",
+            help="Import this module once at start (repeatable), so every invocation's "
+            "child inherits it instead of importing it again: heavy libraries (torch, "
+            "your model code). Do not initialise CUDA at import: children are forked.",
+        ),
+    ] = None,
     exit_after_unreachable: Annotated[
         float | None,
         typer.Option(
@@ -73,6 +83,11 @@ def run(
     token = cli.token or local_admin_token()
     if not token:
         raise CliError("no token: set --token / LAKESHORE_TOKEN")
+    for module in preload or []:
+        try:
+            runner_module.preload(module)
+        except Exception as exc:  # whatever a module raises at import
+            raise CliError(f"cannot preload {module}: {type(exc).__name__}: {exc}") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
     config = DaemonConfig(

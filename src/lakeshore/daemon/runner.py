@@ -46,6 +46,18 @@ def resolve(fn: str) -> Any:
     return target
 
 
+def preload(module: str) -> None:
+    """Import ``module`` in the daemon itself, before any invocation runs: children are
+    forked from the daemon, so each inherits it already imported (``--preload``)."""
+    if (
+        not module
+        or module.startswith(".")
+        or not all(part.isidentifier() for part in module.split("."))
+    ):
+        raise ValueError(f"{module!r} is not a module name (e.g. mypackage.models)")
+    importlib.import_module(module)
+
+
 def _error(exc: BaseException, *, retry: bool = True) -> tuple[str, dict[str, Any]]:
     return (
         "error",
