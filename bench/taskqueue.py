@@ -6,7 +6,9 @@ Measures, for SQLite and/or PostgreSQL:
 2. submit rate, batches of ``--batch-size`` invocations per request;
 3. claim -> run -> complete rate with 1 and with 4 ``--burst`` daemons draining a
    pre-filled queue of no-op invocations (wall time from daemon start to all exited);
-4. submit-to-start latency on an idle (long-polling) daemon: ``started_at - created_at``
+4. the same with ``--heavy`` invocations of a function whose module imports a heavy
+   library (``tests/udfs_heavy.py``), one daemon without and one with ``--preload``;
+5. submit-to-start latency on an idle (long-polling) daemon: ``started_at - created_at``
    from the invocation record, one invocation at a time.
 
 Usage (from the repository root)::
@@ -44,6 +46,8 @@ if not LAKESHORE.exists():
     LAKESHORE = ROOT / ".venv" / "bin" / "lakeshore"
 NS = "/v1/namespaces/default"
 NOOP = {"fn": "tests.udfs:noop"}
+HEAVY_MODULE = "tests.udfs_heavy"  # imports kubernetes.client at module level
+HEAVY = {"fn": f"{HEAVY_MODULE}:api_version"}
 PG_SERVER = "postgresql://postgres@127.0.0.1:5432/test"
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -114,10 +118,10 @@ def running_server(db: str, workdir: Path) -> Iterator[tuple[str, str]]:
 
 
 def start_daemon(
-    url: str, token: str, log: Path, queue: str, *, burst: bool
+    url: str, token: str, log: Path, queue: str, *, burst: bool, extra: tuple[str, ...] = ()
 ) -> subprocess.Popen[bytes]:
     env = clean_env(LAKESHORE_URL=url, LAKESHORE_TOKEN=token, PYTHONPATH=str(ROOT))
-    args = [str(LAKESHORE), "daemon", "run", "--queue", queue, "--capacity", "4"]
+    args = [str(LAKESHORE), "daemon", "run", "--queue", queue, "--capacity", "4", *extra]
     if burst:
         args.append("--burst")
     with log.open("ab") as out:
@@ -147,9 +151,11 @@ def check(response: httpx.Response, *codes: int) -> Any:
     return response.json()
 
 
-def submit_batches(http: httpx.Client, queue: str, total: int, size: int) -> None:
+def submit_batches(
+    http: httpx.Client, queue: str, total: int, size: int, item: dict[str, Any] = NOOP
+) -> None:
     for start in range(0, total, size):
-        items = [NOOP] * min(size, total - start)
+        items = [item] * min(size, total - start)
         check(http.post(f"{NS}/queues/{queue}/invocations/batch", json={"invocations": items}), 201)
 
 
@@ -178,14 +184,16 @@ def bench_drain(
     daemons: int,
     batch_size: int,
     timeout_s: float,
+    item: dict[str, Any] = NOOP,
+    extra: tuple[str, ...] = (),
 ) -> float:
-    submit_batches(http, queue, m, batch_size)
+    submit_batches(http, queue, m, batch_size, item)
     procs: list[subprocess.Popen[bytes]] = []
     try:
         started = time.perf_counter()
         for n in range(daemons):
             log = workdir / f"{queue}-daemon-{n}.log"
-            procs.append(start_daemon(url, token, log, queue, burst=True))
+            procs.append(start_daemon(url, token, log, queue, burst=True, extra=extra))
         deadline = time.monotonic() + timeout_s
         for proc in procs:
             code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -280,6 +288,23 @@ def measure(url: str, token: str, workdir: Path, opts: argparse.Namespace) -> di
             )
             results[f"claim->complete, {daemons} daemon(s) x4 (inv/s)"] = f"{rate:,.0f}"
             print(f"  drain {daemons} daemon(s): {rate:,.0f}/s", flush=True)
+        for extra in ((), ("--preload", HEAVY_MODULE)):
+            rate = bench_drain(
+                http,
+                url,
+                token,
+                workdir,
+                f"heavy-{len(extra)}",
+                opts.heavy,
+                1,
+                opts.batch_size,
+                opts.timeout,
+                item=HEAVY,
+                extra=extra,
+            )
+            label = "with --preload" if extra else "no preload"
+            results[f"heavy import, 1 daemon x4, {label} (inv/s)"] = f"{rate:,.1f}"
+            print(f"  heavy import, {label}: {rate:,.1f}/s", flush=True)
         lat = bench_latency(http, url, token, workdir, "latency", opts.latency)
         p50, p99 = percentile(lat, 50), percentile(lat, 99)
         results["submit->start p50 (ms)"] = f"{p50:.1f}"
@@ -311,6 +336,9 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=500, help="invocations per batch")
     parser.add_argument("--drain", type=int, default=1000, help="invocations per drain run")
     parser.add_argument("--latency", type=int, default=100, help="latency probes")
+    parser.add_argument(
+        "--heavy", type=int, default=100, help="invocations of a heavy-import function per run"
+    )
     parser.add_argument("--timeout", type=float, default=300, help="max seconds per drain run")
     opts = parser.parse_args()
 
