@@ -4,10 +4,12 @@ provider class and through the controller over the API, with its faults."""
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -460,3 +462,29 @@ async def test_only_the_admin_may_register_one(api: httpx.AsyncClient) -> None:
     refused = await api.post(f"{NS}/providers", json=body, headers=headers)
     assert refused.status_code == 403, refused.text
     assert "only the admin token" in refused.json()["error"]["message"]
+
+
+async def test_a_launch_given_up_on_deletes_its_instance(
+    gce: GceFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's time-out cancels the launch while the insert is still on its way;
+    the instance it makes after all is deleted, not orphaned."""
+    provider = build("g", "gce", config(gce.url))
+    release = threading.Event()
+    insert = provider._insert  # type: ignore[attr-defined]
+
+    def slow_insert(*args: Any) -> None:
+        release.wait(10)
+        insert(*args)
+
+    monkeypatch.setattr(provider, "_insert", slow_insert)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(provider.launch(request("lch_slow")), timeout=0.2)
+    release.set()
+    for _ in range(200):
+        if any(r.method == "DELETE" for r in gce.requests) and gce.names() == []:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail(f"the abandoned launch's instance was not deleted: {gce.names()}")
+    assert [r.method for r in gce.requests] == ["POST", "DELETE"]

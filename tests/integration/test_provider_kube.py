@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -432,3 +433,35 @@ def test_capacity_and_instance_type_shape_the_pods_placement() -> None:
     plain = pod_manifest("p", sized, launch_request(), IMAGE, None)
     assert plain["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
     assert "nodeSelector" not in plain["spec"]
+
+
+async def test_a_launch_given_up_on_deletes_its_pod_and_secret(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's time-out cancels the launch while the pod is still being made;
+    what the call makes after all is deleted, not orphaned."""
+    provider = kube(cluster, image=IMAGE)
+    release = threading.Event()
+    call = provider._call
+
+    def slow_call(what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "create_namespaced_pod":
+            release.wait(10)
+        return call(what, method, *args, **kwargs)
+
+    monkeypatch.setattr(provider, "_call", slow_call)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(provider.launch(launch_request()), timeout=0.2)
+    for _ in range(200):  # the secret is made first; the pod waits for the release
+        if await cluster.secrets(LAUNCH_ID):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the launch never made its secret")
+    release.set()
+    for _ in range(200):
+        if not await cluster.pods(LAUNCH_ID) and not await cluster.secrets(LAUNCH_ID):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the abandoned launch's pod or secret was left behind")

@@ -13,9 +13,10 @@ pages say. ``local``, ``kube``, ``ec2`` and ``gce`` are the real providers.
 from __future__ import annotations
 
 import shlex
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,12 +25,40 @@ from lakeshore.domain.fleet import LaunchBody
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import InvalidInput
 
+T = TypeVar("T")
+
 DEFAULT_LAUNCH_TTL_S: Final = 15.0
 """How long a launch counts as in flight when its daemon never says hello."""
 
 
 class LaunchError(Exception):
     """A provider could not launch or terminate; the message goes into the audit row."""
+
+
+class Attempt(Generic[T]):
+    """A launch in flight, between the coroutine (which the controller's time-out may
+    cancel) and the thread making the resource. The thread ``deliver``s what it made and
+    deletes it itself if the caller has already given up; a caller that gives up
+    ``abandon``s, and what was delivered meanwhile is deleted in the background. Either
+    way nothing made for a launch nobody waits for is left running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._made: T | None = None
+
+    def deliver(self, made: T) -> bool:
+        """Whether the caller still wants ``made`` (if not, the thread deletes it)."""
+        with self._lock:
+            self._made = made
+            return not self._abandoned
+
+    def abandon(self, delete: Callable[[T], None]) -> None:
+        with self._lock:
+            self._abandoned = True
+            made = self._made
+        if made is not None:
+            threading.Thread(target=delete, args=(made,), daemon=True).start()
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import contextlib
 import functools
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
@@ -114,7 +114,7 @@ class Ec2Provider:
 
     async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
         params = self.run_params(request)
-        attempt = _Attempt()
+        attempt: base.Attempt[str] = base.Attempt()
         try:
             instance_id = await asyncio.to_thread(self._run_instance, params, attempt)
         except asyncio.CancelledError:  # timed out: whatever launches now is terminated
@@ -209,7 +209,7 @@ class Ec2Provider:
 
     # --- the calls, in a thread ---------------------------------------------------------
 
-    def _run_instance(self, params: dict[str, Any], attempt: _Attempt) -> str:
+    def _run_instance(self, params: dict[str, Any], attempt: base.Attempt[str]) -> str:
         try:
             response = self._client(self.config.region).run_instances(**params)
         except Exception as exc:
@@ -251,29 +251,6 @@ class Ec2Provider:
             if client is None:
                 client = self._clients[region] = _make_client(self.config, region)
             return client
-
-
-class _Attempt:
-    """A launch in flight, between the coroutine (which may give up) and its thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._abandoned = False
-        self._instance_id: str | None = None
-
-    def deliver(self, instance_id: str) -> bool:
-        """Whether the caller still wants ``instance_id`` (else the thread terminates it)."""
-        with self._lock:
-            self._instance_id = instance_id
-            return not self._abandoned
-
-    def abandon(self, terminate: Callable[[str], None]) -> None:
-        """The caller gave up; an instance already delivered is terminated in the background."""
-        with self._lock:
-            self._abandoned = True
-            instance_id = self._instance_id
-        if instance_id is not None:
-            threading.Thread(target=terminate, args=(instance_id,), daemon=True).start()
 
 
 def _make_client(config: Ec2Config, region: str) -> Any:

@@ -30,6 +30,7 @@ only, since this module is imported at server start.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from google.cloud import compute_v1
 
 T = TypeVar("T")
+log = logging.getLogger("lakeshore.providers.gce")
 
 DEFAULT_LAUNCH_TTL_S: Final = 300.0  # instances boot in minutes, not seconds
 DEFAULT_MACHINE_TYPE: Final = "e2-medium"
@@ -226,9 +228,27 @@ class GceProvider:
 
     async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
         spec = instance_spec(self.config, request)
-        project, zone = self.config.project, self.config.zone
-        await self._run(f"insert of {spec['name']}", lambda: self._insert(project, zone, spec))
-        return {"instance": spec["name"], "project": project, "zone": zone}
+        project, zone, name = self.config.project, self.config.zone, spec["name"]
+        attempt: base.Attempt[str] = base.Attempt()
+
+        def insert() -> None:
+            self._insert(project, zone, spec)
+            if not attempt.deliver(name):
+                self._delete_quietly(project, zone, name)
+                raise base.LaunchError(f"launch abandoned; instance {name} deleted")
+
+        try:
+            await self._run(f"insert of {name}", insert)
+        except asyncio.CancelledError:  # timed out: what the call still makes is deleted
+            attempt.abandon(lambda made: self._delete_quietly(project, zone, made))
+            raise
+        return {"instance": name, "project": project, "zone": zone}
+
+    def _delete_quietly(self, project: str, zone: str, instance: str) -> None:
+        try:
+            self._delete(project, zone, instance)
+        except Exception:  # best effort, in the background: the log says what is left
+            log.exception("could not delete abandoned instance %s in %s", instance, zone)
 
     async def terminate(self, handle: Mapping[str, Any], worker_id: str) -> None:
         project, zone, instance = _handle_fields(handle)

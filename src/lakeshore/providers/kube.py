@@ -178,7 +178,15 @@ class KubeProvider:
         name = object_name(request.launch_id)
         secret = secret_manifest(name, self.config, request) if request.token else None
         pod = pod_manifest(name, self.config, request, image, name if secret else None)
-        return await asyncio.to_thread(self._launch, pod, secret)
+        attempt: base.Attempt[dict[str, Any]] = base.Attempt()
+        try:
+            return await asyncio.to_thread(self._launch, pod, secret, attempt)
+        except asyncio.CancelledError:  # timed out: what the call still makes is deleted
+            attempt.abandon(self._delete_quietly)
+            raise
+
+    def _delete_quietly(self, handle: dict[str, Any]) -> None:
+        self._clean_up(handle["namespace"], handle["pod"], handle["secret"] is not None)
 
     async def terminate(self, handle: Mapping[str, Any], worker_id: str) -> None:
         pod, namespace, secret = _parse_handle(handle)
@@ -210,7 +218,12 @@ class KubeProvider:
         if self._api is not None:
             self._api.api_client.rest_client.pool_manager.clear()
 
-    def _launch(self, pod: dict[str, Any], secret: dict[str, Any] | None) -> dict[str, Any]:
+    def _launch(
+        self,
+        pod: dict[str, Any],
+        secret: dict[str, Any] | None,
+        attempt: base.Attempt[dict[str, Any]],
+    ) -> dict[str, Any]:
         namespace = self.config.namespace
         name = pod["metadata"]["name"]
         self._core()  # a config problem fails here, before anything is created
@@ -228,9 +241,13 @@ class KubeProvider:
             except base.LaunchError:
                 self._clean_up(namespace, name, secret is not None)
                 raise
+            handle = {"pod": name, "namespace": namespace, "secret": name if secret else None}
+            if not attempt.deliver(handle):
+                self._clean_up(namespace, name, secret is not None)
+                raise base.LaunchError(f"launch abandoned; pod {name} deleted")
         finally:
             self._release()
-        return {"pod": name, "namespace": namespace, "secret": name if secret else None}
+        return handle
 
     def _clean_up(self, namespace: str, name: str, secret: bool) -> None:
         """Best effort after a failed launch: no half-made Pod or token Secret is left."""
