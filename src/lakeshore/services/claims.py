@@ -60,6 +60,9 @@ class ClaimingWorker(Protocol):
     @property
     def max_invocations(self) -> int: ...
 
+    @property
+    def reach(self) -> Reach: ...
+
 
 @dataclass(frozen=True)
 class Reach:
@@ -191,8 +194,13 @@ async def long_poll(
     wake it; so does the end of its steal delay, when that is all that kept it waiting."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    reach = worker.reach
+    if gone is None or not gone.is_set():
+        # a worker with a backlog is served at once, without setting up a wait
+        attempt = await claim_once(store, worker, reach, limit, clock(), lease_s)
+        if attempt.claimed or wait_s <= 0 or limit == 0:
+            return attempt.claimed
     async with store.read() as conn:
-        reach = Reach.of(await worker_store.get(conn, worker.id))
         queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
     watched = [q["id"] for q in queues if q["own"] or reach.admits(q)]
     watched.append(worker_key(worker.id))  # the controller retiring it

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.names import Name
@@ -60,6 +61,7 @@ class WorkerRef:
     id: str
     namespace_id: str
     max_invocations: int
+    reach: claims.Reach
 
 
 def parse_hello(body: Any) -> Hello:
@@ -130,16 +132,22 @@ async def hello(
 
 async def _worker(store: Store, caller: Principal, worker_id: str) -> WorkerRef:
     async with store.read() as conn:
-        row = await worker_store.get(conn, worker_id) if len(worker_id) <= 40 else None
-        retired = (
-            row is None and len(worker_id) <= 40 and await worker_store.is_retired(conn, worker_id)
-        )
-    if retired:
+        return await _worker_in(conn, caller, worker_id)
+
+
+async def _worker_in(conn: AsyncConnection, caller: Principal, worker_id: str) -> WorkerRef:
+    """The worker the caller may act for, read in the caller's transaction (404 unknown or
+    another namespace's, 410 retired)."""
+    row = await worker_store.get(conn, worker_id) if len(worker_id) <= 40 else None
+    if row is None and len(worker_id) <= 40 and await worker_store.is_retired(conn, worker_id):
         raise Gone(f'worker "{worker_id}" was retired', field="id")
     if row is None or not (caller.is_admin or row["namespace_id"] == caller.namespace_id):
         raise NotFound(f'worker "{worker_id}" not found; say hello first', field="id")
     return WorkerRef(
-        id=row["id"], namespace_id=row["namespace_id"], max_invocations=row["max_invocations"]
+        id=row["id"],
+        namespace_id=row["namespace_id"],
+        max_invocations=row["max_invocations"],
+        reach=claims.Reach.of(row),
     )
 
 
@@ -228,13 +236,12 @@ async def complete(
     result: Any,
     now: datetime,
 ) -> dict[str, Any]:
-    worker = await _worker(store, caller, worker_id)
     async with store.write() as conn:
-        if not await inv_store.complete(conn, invocation_id, worker.id, result, now):
+        worker = await _worker_in(conn, caller, worker_id)
+        row = await inv_store.complete(conn, invocation_id, worker.id, result, now)
+        if row is None:
             raise _not_held(invocation_id)
-        row = await inv_store.get(conn, worker.namespace_id, invocation_id)
         await wakeups.publish(conn, [stream_key(invocation_id)])
-    assert row is not None
     notifier.notify([stream_key(invocation_id)])
     return to_json(row)
 
@@ -250,8 +257,8 @@ async def fail(
     retry: bool,
     now: datetime,
 ) -> dict[str, Any]:
-    worker = await _worker(store, caller, worker_id)
     async with store.write() as conn:
+        worker = await _worker_in(conn, caller, worker_id)
         row = await inv_store.fail(conn, invocation_id, worker.id, error, retry=retry, now=now)
         if row is not None:
             await wakeups.publish(conn, [stream_key(invocation_id)])

@@ -183,14 +183,16 @@ async def holds(conn: AsyncConnection, invocation_id: str, worker_id: str) -> bo
 
 async def complete(
     conn: AsyncConnection, invocation_id: str, worker_id: str, result: Any, now: datetime
-) -> bool:
-    """Succeed an invocation the worker still holds; False (nothing changed) otherwise."""
+) -> RowMapping | None:
+    """Succeed an invocation the worker still holds: the row as it is now, or None
+    (nothing changed) when the worker does not hold it."""
     done = await conn.execute(
         update(invocations)
         .where(_held(invocation_id, worker_id))
         .values(state="succeeded", result=result, finished_at=now, lease_expires_at=None)
+        .returning(*invocations.c)
     )
-    return done.rowcount == 1
+    return done.mappings().first()
 
 
 async def fail(
@@ -219,8 +221,8 @@ async def fail(
         )
     else:
         values["finished_at"] = now
-    await conn.execute(update(invocations).where(_held(invocation_id, worker_id)).values(values))
-    return (await conn.execute(select(invocations).where(C.id == invocation_id))).mappings().one()
+    stmt = update(invocations).where(_held(invocation_id, worker_id)).values(values)
+    return (await conn.execute(stmt.returning(*invocations.c))).mappings().one()
 
 
 async def extend_leases(
