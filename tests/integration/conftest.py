@@ -3,9 +3,28 @@
 The API fuzz tests' shared helpers (``send``, ``assert_refusal``, ``listing``) check with
 ``assert``; pytest only rewrites the asserts of test modules and conftests unless told,
 so without this their failures would lose pytest's explanation of the values compared.
-The fixtures these tests use (``api``, ``settings``) are in ``tests/conftest.py``.
+The fixtures these tests use (``api``, ``settings``) are in ``tests/conftest.py``;
+``app_transport`` (the app for a daemon driven in-process) is here.
 """
 
-import pytest
+from collections.abc import AsyncIterator
 
-pytest.register_assert_rewrite("tests.integration.fuzzing")
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from lakeshore.api.app import create_app
+from lakeshore.config import Settings
+from tests.conftest import FakeClock
+
+pytest.register_assert_rewrite("tests.integration.fuzzing", "tests.integration.daemons")
+
+
+@pytest.fixture
+async def app_transport(
+    settings: Settings, clock: FakeClock
+) -> AsyncIterator[httpx.AsyncBaseTransport]:
+    # short leases, so daemons heartbeat every 0.1 s (the fake clock expires none)
+    app = create_app(settings.model_copy(update={"lease_s": 0.3}), clock=clock)
+    async with LifespanManager(app) as manager:
+        yield httpx.ASGITransport(app=manager.app)

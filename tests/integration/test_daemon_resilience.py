@@ -5,102 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-from collections import Counter
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from lakeshore.api.app import create_app
-from lakeshore.config import Settings
-from lakeshore.daemon.worker import Daemon, DaemonConfig
-from tests.conftest import ADMIN, ADMIN_TOKEN, FakeClock
-
-NS = "/v1/namespaces/default"
-
-
-class Flaky(httpx.AsyncBaseTransport):
-    """The API in-process, failing the first requests to chosen routes: a route ending
-    in ``suffix`` fails ``times`` times with ``status`` (0: the connection is refused;
-    -1: the request is served and its answer lost)."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport, faults: dict[str, tuple[int, int]]):
-        self.inner = inner
-        self.faults = dict(faults)
-        self.seen: Counter[str] = Counter()
-        self.bodies: list[tuple[str, bytes]] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.bodies.append((request.url.path, await request.aread()))
-        for suffix, (status, times) in self.faults.items():
-            if request.url.path.endswith(suffix) and self.seen[suffix] < times:
-                self.seen[suffix] += 1
-                if status == 0:
-                    raise httpx.ConnectError("connection refused", request=request)
-                if status == -1:  # the server acts on it, and dies as it answers
-                    await self.inner.handle_async_request(request)
-                    raise httpx.RemoteProtocolError("server disconnected", request=request)
-                return httpx.Response(status, json={"error": {"message": "not now"}})
-        return await self.inner.handle_async_request(request)
-
-
-@pytest.fixture
-async def app_transport(
-    settings: Settings, clock: FakeClock
-) -> AsyncIterator[httpx.AsyncBaseTransport]:
-    # short leases, so daemons heartbeat every 0.1 s (the fake clock expires none)
-    app = create_app(settings.model_copy(update={"lease_s": 0.3}), clock=clock)
-    async with LifespanManager(app) as manager:
-        yield httpx.ASGITransport(app=manager.app)
-
-
-async def submit(transport: httpx.AsyncBaseTransport, queue: str, count: int) -> None:
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://lakeshore.test", headers=ADMIN
-    ) as http:
-        items = [{"fn": "tests.udfs:square", "args": [n]} for n in range(count)]
-        response = await http.post(
-            f"{NS}/queues/{queue}/invocations/batch", json={"invocations": items}
-        )
-        assert response.status_code == 201, response.text
-
-
-async def results(transport: httpx.AsyncBaseTransport, queue: str) -> list[tuple[str, object]]:
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://lakeshore.test", headers=ADMIN
-    ) as http:
-        page = (await http.get(f"{NS}/queues/{queue}/invocations", params={"limit": 100})).json()
-        return sorted((i["state"], i["result"]) for i in page["invocations"])
-
-
-def daemon_for(transport: httpx.AsyncBaseTransport, queue: str) -> Daemon:
-    config = DaemonConfig(
-        server="http://lakeshore.test",
-        token=ADMIN_TOKEN,
-        queues=[queue],
-        capacity=2,
-        burst=True,
-        retry_s=0.01,
-        transport=transport,
-    )
-    return Daemon(config)
+from tests.conftest import ADMIN, FakeClock
+from tests.integration.daemons import NS, Flaky, alive, daemon_for, eventually, results, submit
 
 
 async def test_refused_claims_and_reports_are_retried(
     app_transport: httpx.AsyncBaseTransport,
 ) -> None:
     await submit(app_transport, "flaky", 4)
-    flaky = Flaky(app_transport, {"/claim": (503, 3), "/complete": (500, 2)})
+    flaky = Flaky(app_transport, {"/claim": (503, 3), "/results": (500, 2)})
     daemon = daemon_for(flaky, "flaky")
 
     assert await daemon.run() == 0
 
-    assert flaky.seen == {"/claim": 3, "/complete": 2}
-    assert daemon.completed == 4
+    assert flaky.seen == {"/claim": 3, "/results": 2}
     assert await results(app_transport, "flaky") == [("succeeded", n * n) for n in range(4)]
+    assert daemon.completed == 4
 
 
 async def test_hello_waits_for_a_server_that_is_still_starting(
@@ -142,22 +67,6 @@ async def test_hello_gives_up_after_its_attempts(
     with pytest.raises(httpx.ConnectError):
         await daemon.run()
     assert flaky.seen["/hello"] == 3
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-async def eventually(predicate: Callable[[], bool], what: str, within_s: float = 20) -> None:
-    for _ in range(int(within_s / 0.05)):
-        if predicate():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 async def test_a_lost_lease_kills_the_child_running_it(

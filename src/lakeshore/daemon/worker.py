@@ -3,7 +3,8 @@
 One asyncio task claims (long-poll, up to the free capacity), one heartbeats, and one
 task per invocation waits for its child process in a thread. On SIGTERM (or SIGINT) the
 daemon stops claiming, lets what it holds finish, and exits; ``burst`` exits once its
-queues are empty. A report that fails is retried until it is delivered or the lease is
+queues are empty. Outcomes go out in batches that also claim the freed slots again
+(:mod:`.reporter`); a report that fails is retried until it is delivered or the lease is
 known to be lost, so a finished invocation is reported once.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 
 from lakeshore.daemon import runner
+from lakeshore.daemon.reporter import Reporter
 from lakeshore.daemon.streaming import ItemSender
 
 log = logging.getLogger("lakeshore.daemon")
@@ -57,6 +59,8 @@ class Daemon:
     orphaned: bool = False
     unreachable_since: float | None = None
     worker_id: str = ""
+    reporter: Reporter = field(init=False)
+    reporting: set[str] = field(default_factory=set)  # outcomes on their way to the server
     executor: ThreadPoolExecutor = field(init=False)
 
     async def run(self) -> int:
@@ -79,15 +83,24 @@ class Daemon:
             self.worker_id = info["id"]
             log.info("worker %s serving %s", self.worker_id, ", ".join(info["queues"]))
             beat = asyncio.create_task(self._heartbeat(info["heartbeat_s"]), name="heartbeat")
+            self.reporter = Reporter(
+                http,
+                lambda: f"/v1/workers/{self.worker_id}/results",
+                free_after=self._free_after,
+                on_claimed=self._start_all,
+                retry_s=self.config.retry_s / 5,
+            )
+            reports = asyncio.create_task(self.reporter.run(), name="reporter")
             try:
                 await self._claim_loop()
                 await self._drain()
                 if not self.retired and not self.orphaned:
                     await self._bye()
             finally:
-                beat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await beat
+                for task in (beat, reports):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
                 self.executor.shutdown(wait=False, cancel_futures=True)
         return 0
 
@@ -181,11 +194,21 @@ class Daemon:
             return True
         _raise_for(response)
         claimed = response.json()["invocations"]
-        for invocation in claimed:
+        self._start_all(claimed)
+        return not (self.config.burst and not claimed and not self.running)
+
+    def _start_all(self, invocations: list[dict[str, Any]]) -> None:
+        for invocation in invocations:
             task = asyncio.create_task(self._execute(invocation), name=invocation["id"])
             self.running[invocation["id"]] = task
             task.add_done_callback(self._forget)
-        return not (self.config.burst and not claimed and not self.running)
+
+    def _free_after(self, reported: int) -> int:
+        """Slots free once ``reported`` running invocations are done: what a report may
+        claim (none when stopping)."""
+        if self.stop.is_set() or self.retired:
+            return 0
+        return self.config.capacity - len(self.running) + reported
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self.running.pop(task.get_name(), None)
@@ -235,7 +258,7 @@ class Daemon:
                 if response.is_success:
                     held = set(response.json()["held"])
                     for invocation_id, task in list(self.running.items()):
-                        if invocation_id not in held:
+                        if invocation_id not in held and invocation_id not in self.reporting:
                             task.cancel()  # cancelled, or the lease was lost
             except httpx.HTTPError as exc:
                 log.warning("heartbeat failed: %s", exc)
@@ -279,37 +302,26 @@ class Daemon:
             items.cancel()
         if items.error is not None:
             outcome = runner.Outcome(ok=False, error=items.error, retry=False)
-        if outcome.ok:
-            await self._report(f"{base}/complete", {"result": outcome.result})
-            self.completed += 1
-        else:
-            await self._report(f"{base}/fail", {"error": outcome.error, "retry": outcome.retry})
-            self.failed += 1
+        # from here on the child is done: a heartbeat that no longer lists it (the report
+        # was recorded before its answer came back) must not cancel the report
+        self.reporting.add(invocation["id"])
+        try:
+            await self._deliver(invocation["id"], outcome)
+        finally:
+            self.reporting.discard(invocation["id"])
 
-    async def _report(self, path: str, body: dict[str, Any]) -> None:
-        """Deliver a result; transport errors are retried, a refusal (409) is final."""
-        for attempt in range(30):
-            try:
-                response = await self.http.post(path, json=body)
-            except httpx.TransportError as exc:
-                log.warning("report failed (%s); retrying", exc)
-                await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
-                continue
-            if _transient(response):
-                log.warning("report refused for now (%d); retrying", response.status_code)
-                await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
-                continue
-            if response.status_code == 409:
-                log.warning("%s refused: %s", path, response.text)
-            elif response.status_code in (413, 422) and path.endswith("/complete"):
-                kind = "ResultTooLarge" if response.status_code == 413 else "InvalidResult"
-                error = {"type": kind, "message": response.json()["error"]["message"]}
-                await self._report(
-                    path.replace("/complete", "/fail"), {"error": error, "retry": False}
-                )
-            else:
-                _raise_for(response)
-            return
+    async def _deliver(self, invocation_id: str, outcome: runner.Outcome) -> None:
+        if outcome.ok:
+            answer = await self.reporter.report(invocation_id, {"result": outcome.result})
+            if answer.state not in ("too_large", "invalid"):
+                self.completed += 1
+                return
+            # the server will not store that result: the attempt fails, for good
+            kind = "ResultTooLarge" if answer.state == "too_large" else "InvalidResult"
+            error = {"type": kind, "message": answer.message or "the server refused the result"}
+            outcome = runner.Outcome(ok=False, error=error, retry=False)
+        await self.reporter.report(invocation_id, {"error": outcome.error, "retry": outcome.retry})
+        self.failed += 1
 
 
 class DaemonError(Exception):

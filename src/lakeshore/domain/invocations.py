@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
@@ -79,3 +80,13 @@ def retry_backoff_s(attempts: int, *, base_s: float = 1.0, cap_s: float = 60.0) 
 def after_failure(attempts: int, max_attempts: int, *, retry: bool) -> InvocationState:
     """Where an attempt that failed (or lost its lease) leaves the invocation."""
     return "pending" if retry and attempts < max_attempts else "failed"
+
+
+@dataclass(frozen=True)
+class Report:
+    """One outcome a worker reports: a result, or an error (``retry``: may run again)."""
+
+    invocation_id: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    retry: bool = True

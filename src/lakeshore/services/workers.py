@@ -4,7 +4,7 @@ the reaper that returns a dead worker's work to the queue."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain.ids import new_id
+from lakeshore.domain.invocations import Report
 from lakeshore.domain.names import Name
 from lakeshore.domain.queue import parse_spec
 from lakeshore.domain.validation import invalid_input
@@ -280,6 +281,46 @@ async def bye(
         await wakeups.publish(conn, queue_ids)
     notifier.notify(queue_ids)
     return {"released": len(queue_ids)}
+
+
+async def report(
+    store: Store,
+    notifier: Notifier,
+    caller: Principal,
+    worker_id: str,
+    reports: Sequence[Report],
+    refused: Mapping[str, dict[str, str]],
+    *,
+    claim: int,
+    now: datetime,
+    lease_s: float = LEASE_S,
+) -> dict[str, Any]:
+    """Many outcomes in one transaction, then (``claim`` > 0) a claim of up to that many
+    more without waiting: a busy daemon's one round trip per batch. ``refused`` are the
+    items the route turned away (too large, not storable), answered as such. A worker
+    retired meanwhile gets its outcomes recorded and nothing more (``retired``)."""
+    async with store.write() as conn:
+        worker = await _worker_in(conn, caller, worker_id)
+        states = await inv_store.report(conn, worker.id, reports, now)
+        await wakeups.publish(conn, [stream_key(i) for i in states])
+    notifier.notify([stream_key(i) for i in states])
+    answers: list[dict[str, Any]] = []
+    for item in reports:
+        if item.invocation_id in states:
+            answers.append({"id": item.invocation_id, "state": states[item.invocation_id]})
+        else:
+            not_held = str(_not_held(item.invocation_id))
+            answers.append({"id": item.invocation_id, "refused": "not_held", "message": not_held})
+    answers += [{"id": i, **refusal} for i, refusal in refused.items()]
+    claimed: list[dict[str, Any]] = []
+    retired = False
+    if claim > 0:
+        try:
+            attempt = await claims.claim_once(store, worker, worker.reach, claim, now, lease_s)
+            claimed, retired = attempt.claimed, attempt.retiring
+        except (Gone, NotFound):
+            retired = True
+    return {"results": answers, "invocations": claimed, "retired": retired}
 
 
 def _not_held(invocation_id: str) -> Conflict:

@@ -13,12 +13,22 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, and_, func, or_, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    RowMapping,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain import disciplines
-from lakeshore.domain.invocations import after_failure, retry_backoff_s
+from lakeshore.domain.invocations import Report, after_failure, retry_backoff_s
 from lakeshore.store.tables import invocations
 
 C = invocations.c
@@ -223,6 +233,60 @@ async def fail(
         values["finished_at"] = now
     stmt = update(invocations).where(_held(invocation_id, worker_id)).values(values)
     return (await conn.execute(stmt.returning(*invocations.c))).mappings().one()
+
+
+async def report(
+    conn: AsyncConnection, worker_id: str, reports: Sequence[Report], now: datetime
+) -> dict[str, str]:
+    """Record many outcomes at once, each only if the worker still holds that invocation.
+    Returns each recorded invocation's new state (``succeeded``, ``pending`` to run again
+    after its backoff, or ``failed``); the ids missing from it were not held. A select and
+    at most three batched updates, whatever the number of reports."""
+    if not reports:
+        return {}
+    query = select(C.id, C.attempts, C.max_attempts).where(
+        C.id.in_([r.invocation_id for r in reports]),
+        C.worker_id == worker_id,
+        C.state == "running",
+    )
+    if _is_pg(conn):
+        query = query.with_for_update()
+    held = {row[0]: (row[1], row[2]) for row in (await conn.execute(query)).all()}
+    states: dict[str, str] = {}
+    done: list[dict[str, Any]] = []
+    again: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for r in reports:
+        if r.invocation_id not in held or r.invocation_id in states:
+            continue
+        if r.error is None:
+            states[r.invocation_id] = "succeeded"
+            done.append({"b_id": r.invocation_id, "b_result": r.result})
+            continue
+        attempts, max_attempts = held[r.invocation_id]
+        state = after_failure(attempts, max_attempts, retry=r.retry)
+        states[r.invocation_id] = state
+        if state == "pending":
+            delay = timedelta(seconds=retry_backoff_s(attempts))
+            again.append({"b_id": r.invocation_id, "b_error": r.error, "b_at": now + delay})
+        else:
+            failed.append({"b_id": r.invocation_id, "b_error": r.error})
+    mine = update(invocations).where(
+        C.id == bindparam("b_id"), C.worker_id == worker_id, C.state == "running"
+    )
+    error = bindparam("b_error", type_=C.error.type)
+    if done:
+        result = bindparam("b_result", type_=C.result.type)
+        values = {"state": "succeeded", "result": result, "finished_at": now}
+        await conn.execute(mine.values({**values, "lease_expires_at": None}), done)
+    if again:
+        at = bindparam("b_at", type_=C.available_at.type)
+        values = {"state": "pending", "error": error, "available_at": at, "worker_id": None}
+        await conn.execute(mine.values({**values, "lease_expires_at": None}), again)
+    if failed:
+        values = {"state": "failed", "error": error, "finished_at": now}
+        await conn.execute(mine.values({**values, "lease_expires_at": None}), failed)
+    return states
 
 
 async def extend_leases(

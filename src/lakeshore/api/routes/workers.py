@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lakeshore.api.deps import Caller, State
 from lakeshore.domain import jsonsafe
-from lakeshore.errors import InvalidInput
+from lakeshore.domain.invocations import Report
+from lakeshore.errors import InvalidInput, PayloadTooLarge
 from lakeshore.services import streams as stream_service
 from lakeshore.services import workers as worker_service
 
@@ -144,6 +145,70 @@ async def fail(
         error,
         retry=body.retry,
         now=state.clock(),
+    )
+
+
+class ReportItemIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    id: Annotated[str, Field(min_length=1, max_length=64)]
+    result: Any = None
+    error: ErrorIn | None = None
+    retry: bool = True
+
+
+class ReportIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    results: Annotated[list[ReportItemIn], Field(max_length=1000)]
+    claim: Annotated[int, Field(ge=0, le=10_000)] = 0
+
+
+@router.post("/{worker_id}/results", summary="Report many outcomes, then claim more")
+async def report(worker_id: str, state: State, caller: Caller, body: ReportIn) -> dict[str, Any]:
+    """Each item is ``{"id", "result"}`` (succeeded) or ``{"id", "error", "retry"}`` (a
+    failed attempt), recorded in one transaction if the worker still holds it; the answer
+    gives each its new ``state``, or ``refused`` (``not_held``, ``too_large``,
+    ``invalid``) with a message. With ``claim`` > 0, up to that many more invocations are
+    leased at once (no waiting) and returned in ``invocations``."""
+    reports: list[Report] = []
+    refused: dict[str, dict[str, str]] = {}
+    seen: set[str] = set()
+    for n, item in enumerate(body.results):
+        if item.id in seen:
+            raise InvalidInput(f'invocation "{item.id}" is reported twice', field=f"results[{n}]")
+        seen.add(item.id)
+        if item.error is not None:
+            if "result" in item.model_fields_set:
+                raise InvalidInput(
+                    "an item has a result or an error, not both", field=f"results[{n}]"
+                )
+            error = jsonsafe.require_storable(item.error.model_dump(exclude_none=True), "error")
+            reports.append(Report(item.id, error=error, retry=item.retry))
+            continue
+        try:
+            result = jsonsafe.require_storable(item.result, f"results[{n}].result")
+            jsonsafe.require_within(
+                result,
+                state.settings.max_result_bytes,
+                "the result",
+                setting="LAKESHORE_MAX_RESULT_BYTES",
+                field=f"results[{n}].result",
+            )
+        except PayloadTooLarge as exc:
+            refused[item.id] = {"refused": "too_large", "message": str(exc)}
+        except InvalidInput as exc:
+            refused[item.id] = {"refused": "invalid", "message": str(exc)}
+        else:
+            reports.append(Report(item.id, result=result))
+    return await worker_service.report(
+        state.store,
+        state.notifier,
+        caller,
+        worker_id,
+        reports,
+        refused,
+        claim=body.claim,
+        now=state.clock(),
+        lease_s=state.settings.lease_s,
     )
 
 

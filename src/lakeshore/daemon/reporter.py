@@ -1,0 +1,161 @@
+"""Reporting outcomes in batches, and claiming the freed slots again in the same request.
+
+Invocations that end while a report is on its way wait, and go together in the next
+``POST /v1/workers/{id}/results`` (at most ``MAX_ITEMS`` or about ``MAX_BYTES`` of JSON
+each), which also leases up to as many new invocations as the batch frees: a busy daemon
+makes about one round trip per batch instead of a complete and a claim per invocation.
+Transport errors, 429 and 5xx are retried with back-off; an answer that never comes leaves
+the invocations held, and the server hands them back once the daemon's heartbeats stop
+listing them. Each caller learns its invocation's new state, or why it was refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+log = logging.getLogger("lakeshore.daemon")
+
+MAX_ITEMS = 100
+MAX_BYTES = 256 * 1024
+ATTEMPTS = 30
+UNDELIVERED = "undelivered"  # no answer after every attempt
+NOT_HELD = "not_held"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What became of a report: the invocation's new ``state`` (``succeeded``,
+    ``pending``, ``failed``), or ``not_held``, ``too_large``, ``invalid`` or
+    ``undelivered``, with the server's message where it gave one."""
+
+    state: str
+    message: str = ""
+
+
+@dataclass
+class _Pending:
+    invocation_id: str
+    body: dict[str, Any]
+    size: int
+    done: asyncio.Future[Answer] = field(repr=False)
+
+
+class Reporter:
+    """``report`` from any task of the daemon; ``run`` is the one task that sends."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        path: Callable[[], str],
+        *,
+        free_after: Callable[[int], int],
+        on_claimed: Callable[[list[dict[str, Any]]], None],
+        retry_s: float = 0.2,
+    ) -> None:
+        self.http = http
+        self.path = path  # the worker's results route (its id may change on a new hello)
+        self.free_after = free_after  # slots free once this many reports are done
+        self.on_claimed = on_claimed
+        self.retry_s = retry_s
+        self._waiting: collections.deque[_Pending] = collections.deque()
+        self._ready = asyncio.Event()
+
+    async def report(self, invocation_id: str, body: dict[str, Any]) -> Answer:
+        """Queue one outcome (``{"result"}`` or ``{"error", "retry"}``) and wait for its
+        :class:`Answer`."""
+        size = len(json.dumps(body, allow_nan=False)) + len(invocation_id) + 16
+        done: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Pending(invocation_id, body, size, done))
+        self._ready.set()
+        return await done
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._waiting:
+                await self._send(self._next_batch())
+
+    def _next_batch(self) -> list[_Pending]:
+        batch: list[_Pending] = []
+        size = 0
+        while self._waiting and len(batch) < MAX_ITEMS:
+            item = self._waiting[0]
+            if batch and size + item.size > MAX_BYTES:
+                break
+            self._waiting.popleft()
+            if not item.done.done():  # its task was cancelled meanwhile
+                batch.append(item)
+                size += item.size
+        return batch
+
+    async def _send(self, batch: list[_Pending]) -> None:
+        if not batch:
+            return
+        response = await self._post(batch)
+        if response is not None and response.status_code == 413 and len(batch) > 1:
+            for item in batch:  # over the server's body cap together: one at a time
+                await self._send([item])
+            return
+        if response is None or not response.is_success:
+            self._settle(batch, {}, _refusal(response))
+            return
+        answer = response.json()
+        if answer["invocations"]:
+            self.on_claimed(answer["invocations"])
+        outcomes: dict[str, Answer] = {}
+        for r in answer["results"]:
+            state = r.get("state") or r.get("refused", NOT_HELD)
+            outcomes[r["id"]] = Answer(state, r.get("message", ""))
+            if state == NOT_HELD:
+                log.warning("result for %s refused: %s", r["id"], r.get("message", ""))
+        self._settle(batch, outcomes, Answer(NOT_HELD))
+
+    async def _post(self, batch: list[_Pending]) -> httpx.Response | None:
+        body = {
+            "results": [{"id": item.invocation_id, **item.body} for item in batch],
+            "claim": max(0, self.free_after(len(batch))),
+        }
+        for attempt in range(ATTEMPTS):
+            try:
+                response = await self.http.post(self.path(), json=body)
+            except httpx.TransportError as exc:
+                log.warning("report failed (%s); retrying", exc)
+            else:
+                if response.status_code != 429 and response.status_code < 500:
+                    return response
+                log.warning("report refused for now (%d); retrying", response.status_code)
+            await asyncio.sleep(min(5.0, self.retry_s * 2**attempt))
+            body["claim"] = 0  # a lost answer may have leased some already
+        log.error("%d result(s) could not be delivered; the server will hand them back", len(batch))
+        return None
+
+    @staticmethod
+    def _settle(batch: list[_Pending], outcomes: dict[str, Answer], default: Answer) -> None:
+        for item in batch:
+            if not item.done.done():
+                item.done.set_result(outcomes.get(item.invocation_id, default))
+
+
+def _refusal(response: httpx.Response | None) -> Answer:
+    """What a whole batch refused (or never answered) means for each of its items."""
+    if response is None:
+        return Answer(UNDELIVERED)
+    try:
+        message = str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:300]
+    if response.status_code == 413:
+        return Answer("too_large", message)
+    if response.status_code in (404, 409, 410):  # the worker was dropped or retired
+        return Answer(NOT_HELD, message)
+    log.error("results refused (%d): %s", response.status_code, message)
+    return Answer(UNDELIVERED, message)

@@ -1,0 +1,54 @@
+"""The daemon reports outcomes in batches that also claim the freed slots again."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from tests.integration.daemons import Flaky, daemon_for, results, submit
+
+
+async def test_outcomes_go_out_through_batched_reports_that_claim_again(
+    app_transport: httpx.AsyncBaseTransport,
+) -> None:
+    await submit(app_transport, "reports", 40)
+    recorder = Flaky(app_transport, {})
+    daemon = daemon_for(recorder, "reports")
+    daemon.config.capacity = 4
+
+    assert await daemon.run() == 0
+
+    paths = [path.rsplit("/", 1)[1] for path, _ in recorder.bodies]
+    assert "complete" not in paths and "fail" not in paths
+    reports = [json.loads(body) for path, body in recorder.bodies if path.endswith("/results")]
+    reported = [item["id"] for report in reports for item in report["results"]]
+    assert len(reported) == len(set(reported)) == 40
+    assert all(0 < len(report["results"]) <= 4 for report in reports)
+    assert any(report["claim"] > 0 for report in reports)
+    assert daemon.completed == 40
+    assert await results(app_transport, "reports") == [("succeeded", n * n) for n in range(40)]
+
+
+async def test_a_result_the_server_will_not_store_fails_the_attempt_for_good(
+    app_transport: httpx.AsyncBaseTransport,
+) -> None:
+    async with httpx.AsyncClient(
+        transport=app_transport,
+        base_url="http://lakeshore.test",
+        headers={"Authorization": f"Bearer {daemon_for(app_transport, 'x').config.token}"},
+    ) as http:
+        body = {"fn": "tests.udfs:big_result", "args": [600_000], "max_attempts": 3}
+        created = (
+            await http.post("/v1/namespaces/default/queues/big/invocations", json=body)
+        ).json()
+        daemon = daemon_for(app_transport, "big")
+        assert await daemon.run() == 0
+        final = (await http.get(f"/v1/namespaces/default/invocations/{created['id']}")).json()
+    assert (final["state"], final["attempts"], final["error"]["type"]) == (
+        "failed",
+        1,
+        "ResultTooLarge",
+    )
+    assert "LAKESHORE_MAX_RESULT_BYTES" in final["error"]["message"]
+    assert (daemon.completed, daemon.failed) == (0, 1)
