@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,8 @@ from sqlalchemy import Connection, insert, inspect, select
 from sqlalchemy.exc import IntegrityError
 
 from lakeshore.domain.queue import parse_spec
-from lakeshore.errors import InvalidInput
+from lakeshore.errors import InvalidInput, StoreUnavailable
+from lakeshore.store import engine as engine_module
 from lakeshore.store import queues as queue_store
 from lakeshore.store.engine import Store, migrate, parse_url
 from lakeshore.store.tables import metadata, namespaces
@@ -168,3 +170,39 @@ async def test_sqlite_runs_in_wal_mode_with_foreign_keys(store: Store) -> None:
         journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar_one()
         foreign_keys = (await conn.exec_driver_sql("PRAGMA foreign_keys")).scalar_one()
     assert (journal, foreign_keys) == ("wal", 1)
+
+
+async def test_sqlite_writers_queue_in_process_and_a_long_wait_is_a_clear_503(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has one writer at a time: this process's writers wait their turn on a lock
+    (not in SQLite's sleeping busy handler), and one kept waiting past the bound gets
+    StoreUnavailable rather than hanging."""
+    if store.dialect != "sqlite":
+        assert store._writer is None  # PostgreSQL takes concurrent writers
+        return
+    order: list[str] = []
+
+    inside = asyncio.Event()
+
+    async def write(name: str, hold: asyncio.Event | None = None) -> None:
+        async with store.write() as conn:
+            order.append(f"{name} in")
+            inside.set()
+            await conn.execute(insert(namespaces).values(id=name, name=name, created_at=NOW))
+            if hold is not None:
+                await hold.wait()
+            order.append(f"{name} out")
+
+    release = asyncio.Event()
+    first = asyncio.create_task(write("ns_a", release))
+    await inside.wait()
+    monkeypatch.setattr(engine_module, "WRITE_WAIT_S", 0.05)
+    with pytest.raises(StoreUnavailable, match="stayed busy"):
+        await write("ns_b")
+    monkeypatch.setattr(engine_module, "WRITE_WAIT_S", 10.0)
+    second = asyncio.create_task(write("ns_c"))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(first, second)
+    assert order == ["ns_a in", "ns_a out", "ns_c in", "ns_c out"]

@@ -61,6 +61,7 @@ class Daemon:
     worker_id: str = ""
     reporter: Reporter = field(init=False)
     reporting: set[str] = field(default_factory=set)  # outcomes on their way to the server
+    polling: bool = False  # a claim is out (and may be waiting for work)
     executor: ThreadPoolExecutor = field(init=False)
 
     async def run(self) -> int:
@@ -157,16 +158,19 @@ class Daemon:
                 await self._wait_for_room()
                 continue
             wait = 0.0 if self.config.burst else self.config.claim_timeout_s
+            self.polling = True
             try:
                 response = await self._post_or_stop(
                     f"/v1/workers/{self.worker_id}/claim", {"timeout_s": wait, "max": free}
                 )
             except httpx.TransportError as exc:
+                self.polling = False
                 log.warning("claim failed (%s); retrying", exc)
                 if self._orphaned():
                     return
                 response = None
             else:
+                self.polling = False
                 self.unreachable_since = None
                 if response is None:
                     return  # stopping
@@ -205,8 +209,9 @@ class Daemon:
 
     def _free_after(self, reported: int) -> int:
         """Slots free once ``reported`` running invocations are done: what a report may
-        claim (none when stopping)."""
-        if self.stop.is_set() or self.retired:
+        claim. None when stopping, or while a claim is waiting for work anyway (the queues
+        were empty when it asked: a second claim would only contend with it)."""
+        if self.stop.is_set() or self.retired or self.polling:
             return 0
         return self.config.capacity - len(self.running) + reported
 
