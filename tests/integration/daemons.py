@@ -21,7 +21,7 @@ NS = "/v1/namespaces/default"
 class Flaky(httpx.AsyncBaseTransport):
     """The API in-process, failing the first requests to chosen routes: a route ending
     in ``suffix`` fails ``times`` times with ``status`` (0: the connection is refused;
-    -1: the request is served and its answer lost)."""
+    -1: the request is served and its answer lost; 200: an answer that is not the API's)."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport, faults: dict[str, tuple[int, int]]):
         self.inner = inner
@@ -39,6 +39,8 @@ class Flaky(httpx.AsyncBaseTransport):
                 if status == -1:  # the server acts on it, and dies as it answers
                     await self.inner.handle_async_request(request)
                     raise httpx.RemoteProtocolError("server disconnected", request=request)
+                if status == 200:  # something between answers for the server: garbage
+                    return httpx.Response(200, text="<html>proxy says hi</html>")
                 return httpx.Response(status, json={"error": {"message": "not now"}})
         return await self.inner.handle_async_request(request)
 

@@ -117,3 +117,26 @@ async def test_invocations_whose_claim_answer_was_lost_run_after_a_lease(
         daemon.stop.set()
         assert await asyncio.wait_for(running, 30) == 0
     assert await results(app_transport, "answer-lost") == [("succeeded", n * n) for n in range(3)]
+
+
+async def test_a_report_answered_with_garbage_runs_again_after_a_lease(
+    app_transport: httpx.AsyncBaseTransport, clock: FakeClock
+) -> None:
+    """Nothing was recorded and the daemon cannot tell: it stops waiting on that report,
+    its heartbeats stop listing the invocation, and the server hands it back to run again;
+    later reports go on as usual."""
+    await submit(app_transport, "garbage", 1)
+    flaky = Flaky(app_transport, {"/results": (200, 1)})
+    daemon = daemon_for(flaky, "garbage")
+    daemon.config.burst = False
+    daemon.config.claim_timeout_s = 1
+    running = asyncio.create_task(daemon.run())
+    try:
+        await eventually(lambda: flaky.seen["/results"] == 1, "the garbled answer")
+        await eventually(lambda: not daemon.running, "the report to be given up")
+        clock.advance(1)  # past a lease since the claim
+        await eventually(lambda: daemon.completed == 1, "the invocation to run again")
+    finally:
+        daemon.stop.set()
+        assert await asyncio.wait_for(running, 30) == 0
+    assert await results(app_transport, "garbage") == [("succeeded", 0)]

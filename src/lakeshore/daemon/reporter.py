@@ -82,7 +82,12 @@ class Reporter:
             await self._ready.wait()
             self._ready.clear()
             while self._waiting:
-                await self._send(self._next_batch())
+                batch = self._next_batch()
+                try:
+                    await self._send(batch)
+                except Exception:  # an answer not understood must not stop every report
+                    log.exception("reporting %d result(s) failed", len(batch))
+                    self._settle(batch, {}, Answer(UNDELIVERED))
 
     def _next_batch(self) -> list[_Pending]:
         batch: list[_Pending] = []

@@ -318,15 +318,20 @@ class Daemon:
     async def _deliver(self, invocation_id: str, outcome: runner.Outcome) -> None:
         if outcome.ok:
             answer = await self.reporter.report(invocation_id, {"result": outcome.result})
-            if answer.state not in ("too_large", "invalid"):
+            if answer.state == "succeeded":
                 self.completed += 1
-                return
+            if answer.state not in ("too_large", "invalid"):
+                return  # recorded, or not this worker's to record (lease lost, undelivered)
             # the server will not store that result: the attempt fails, for good
             kind = "ResultTooLarge" if answer.state == "too_large" else "InvalidResult"
             error = {"type": kind, "message": answer.message or "the server refused the result"}
             outcome = runner.Outcome(ok=False, error=error, retry=False)
-        await self.reporter.report(invocation_id, {"error": outcome.error, "retry": outcome.retry})
-        self.failed += 1
+        body = {"error": outcome.error, "retry": outcome.retry}
+        if (await self.reporter.report(invocation_id, body)).state in _RECORDED:
+            self.failed += 1
+
+
+_RECORDED = ("succeeded", "pending", "failed")  # what a report's recorded outcome can be
 
 
 class DaemonError(Exception):
