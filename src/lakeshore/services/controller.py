@@ -36,6 +36,7 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 DEFAULT_NOOP_RETENTION_S = 86_400.0  # a day of no-ops; decisions that acted are kept
 PRUNE_EVERY = timedelta(minutes=1)
 CONCURRENCY = 16
+YIELD_EVERY = 500  # decisions between two turns of the event loop
 
 
 class Controller:
@@ -88,10 +89,12 @@ class Controller:
             wanted |= {(launch["namespace_id"], launch["provider_name"]) for launch in expired}
             registrations = await ctl_store.registrations(conn, wanted)
         decisions = []
-        for unit in units:
+        for n, unit in enumerate(units, 1):
             unit.signals = gather_signals(unit, snap, in_flight[(unit.namespace_id, unit.scope)])
             counters = snap.counters.get((unit.namespace_id, unit.scope), Counters())
             decisions.append(await self._decide(unit, unit.signals, counters))
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let the API's requests in between
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def carry_out(unit: Unit, decision: Decision) -> Outcome:
@@ -102,13 +105,21 @@ class Controller:
             async with gate:
                 await self.ops.stop_expired(launch, registrations)
 
-        outcomes = await asyncio.gather(
-            *(carry_out(u, d) for u, d in zip(units, decisions, strict=True))
-        )
+        outcomes: list[Outcome | None] = [
+            None
+            if d.action in ("scale_up", "scale_down")
+            else Outcome(u, d, signals_json(u.signals))
+            for u, d in zip(units, decisions, strict=True)
+        ]  # only a launch or a kill has anything to await: a task each for those alone
+        acting = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        done = await asyncio.gather(*(carry_out(units[i], decisions[i]) for i in acting))
+        for i, outcome in zip(acting, done, strict=True):
+            outcomes[i] = outcome
         await asyncio.gather(*(stop_expired(launch) for launch in expired))
-        await self._record(outcomes, snap.counters, now)
+        final = [outcome for outcome in outcomes if outcome is not None]
+        await self._record(final, snap.counters, now)
         await self._prune(now)
-        return list(outcomes)
+        return final
 
     async def _prune(self, now: datetime) -> None:
         """Drop no-op events past their retention, at most once a minute."""

@@ -9,7 +9,7 @@ in one batch each. No query is issued per queue.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,6 +36,7 @@ from lakeshore.store.tables import (
 
 INV = invocations.c
 W = workers.c
+PART_ROWS = 2_000  # rows decoded between two turns of the event loop
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,19 @@ async def active_queues(conn: AsyncConnection, node_id: str | None) -> list[tupl
         .where(queues.c.state == "active", pinned)
         .order_by(queues.c.namespace_id, queues.c.created_at, queues.c.name)
     )
-    rows = (await conn.execute(query)).mappings().all()
-    return [(row["namespace_name"], queue_from_row(row)) for row in rows]
+    found: list[tuple[str, Queue]] = []
+    async for rows in _in_parts(conn, query):
+        found += [(row["namespace_name"], queue_from_row(row)) for row in rows]
+    return found
+
+
+async def _in_parts(conn: AsyncConnection, query: Any) -> AsyncIterator[Sequence[RowMapping]]:
+    """A large result in parts of ``PART_ROWS``: each part is fetched with an ``await``, so
+    the event loop serves requests between parts rather than waiting for every row of a
+    10,000-queue snapshot to be decoded."""
+    result = await conn.stream(query, execution_options={"yield_per": PART_ROWS})
+    async for part in result.mappings().partitions(PART_ROWS):
+        yield part
 
 
 async def _counts(conn: AsyncConnection, state: str) -> dict[str, int]:
@@ -86,7 +98,7 @@ async def _workers(
             W.current_invocations,
             W.last_seen_at,
             W.max_invocations,
-            func.coalesce(running.c.n, 0),
+            func.coalesce(running.c.n, 0).label("running"),
         )
         .select_from(
             worker_queues.join(workers, W.id == worker_queues.c.worker_id).outerjoin(
@@ -97,18 +109,20 @@ async def _workers(
     )
     by_queue: dict[str, list[WorkerView]] = defaultdict(list)
     capacity: dict[str, int] = {}
-    for queue_id, wid, tags, cost, current, seen, max_inv, n in (await conn.execute(query)).all():
-        by_queue[queue_id].append(
-            WorkerView(
-                id=wid,
-                tags=tuple(tags or ()),
-                cost_weight=cost,
-                current_invocations=current,
-                running=int(n),
-                last_seen_at=seen,
+    async for rows in _in_parts(conn, query):
+        for row in rows:
+            wid = row["id"]
+            by_queue[row["queue_id"]].append(
+                WorkerView(
+                    id=wid,
+                    tags=tuple(row["tags"] or ()),
+                    cost_weight=row["cost_weight"],
+                    current_invocations=row["current_invocations"],
+                    running=int(row["running"]),
+                    last_seen_at=row["last_seen_at"],
+                )
             )
-        )
-        capacity[wid] = int(max_inv)
+            capacity[wid] = int(row["max_invocations"])
     return dict(by_queue), capacity
 
 
