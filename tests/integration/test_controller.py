@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from lakeshore.config import Settings
 from lakeshore.providers import LaunchRequest
 from lakeshore.providers.fake import FakeProvider
+from lakeshore.store import controller as ctl_store
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import controller_state, elasticity_events, launches
 from tests.conftest import FakeClock
@@ -480,3 +481,18 @@ async def test_the_server_with_that_node_id_ticks_a_pinned_queue(
     assert scopes == {"pinned", "free"}
     unnamed = Controller(store, clock=clock, server_url="http://a")
     assert {d["scope"] for d in await unnamed.tick()} == {"free"}
+
+
+async def test_a_snapshot_read_in_parts_sees_every_queue_and_worker(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot's large reads come in parts (so the API is served between them);
+    parts of two rows read across their boundaries lose nothing."""
+    monkeypatch.setattr(ctl_store, "PART_ROWS", 2)
+    for n in range(5):
+        await queue(api, f"parts-{n}", elastic(max=0))
+        for _ in range(n):
+            await hello(api, [f"parts-{n}"])
+    decisions = await tick(api)
+    daemons = {s: d["before"]["daemon_count"] for s, d in decisions.items() if "parts" in s}
+    assert daemons == {f"parts-{n}": n for n in range(5)}
