@@ -71,8 +71,11 @@ async def _in_parts(conn: AsyncConnection, query: Any) -> AsyncIterator[Sequence
     the event loop serves requests between parts rather than waiting for every row of a
     10,000-queue snapshot to be decoded."""
     result = await conn.stream(query, execution_options={"yield_per": PART_ROWS})
-    async for part in result.mappings().partitions(PART_ROWS):
-        yield part
+    try:
+        async for part in result.mappings().partitions(PART_ROWS):
+            yield part
+    finally:
+        await result.close()  # a reader that stops early leaves no cursor open
 
 
 async def _counts(conn: AsyncConnection, state: str) -> dict[str, int]:
