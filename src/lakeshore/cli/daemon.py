@@ -28,15 +28,20 @@ def run(
     queue: Annotated[
         list[str] | None,
         typer.Option(
-            "--queue", "-q", help="Queue to serve (repeat for several; default: default)."
+            "--queue",
+            "-q",
+            metavar="QUEUE",
+            help="Queue to serve (repeat for several; default: default).",
         ),
     ] = None,
     capacity: Annotated[int, typer.Option(help="Invocations run at once.", min=1, max=10_000)] = 1,
     tag: Annotated[
-        list[str] | None, typer.Option("--tag", help="A tag (repeatable), e.g. gpu:h100.")
+        list[str] | None,
+        typer.Option("--tag", metavar="TAG", help="A tag (repeatable), e.g. gpu:h100."),
     ] = None,
     runner: Annotated[
-        list[str] | None, typer.Option("--runner", help="How to run invocations: process.")
+        list[str] | None,
+        typer.Option("--runner", metavar="RUNNER", help="How to run invocations: process."),
     ] = None,
     burst: Annotated[
         bool, typer.Option("--burst", help="Exit once the queues are empty (batch jobs, tests).")
@@ -55,6 +60,7 @@ def run(
         list[str] | None,
         typer.Option(
             "--preload",
+            metavar="MODULE",
             help="Import this module once at start (repeatable), so every invocation's "
             "child inherits it instead of importing it again: heavy libraries (torch, "
             "your model code). Do not initialise CUDA at import: children are forked.",

@@ -38,10 +38,14 @@ def submit(
         str, typer.Argument(help="Function as package.module:function.", show_default=False)
     ],
     arg: Annotated[
-        list[str] | None, typer.Option("--arg", help="A positional argument, as JSON (repeatable).")
+        list[str] | None,
+        typer.Option("--arg", metavar="JSON", help="A positional argument, as JSON (repeatable)."),
     ] = None,
     kwarg: Annotated[
-        list[str] | None, typer.Option("--kwarg", help="A keyword argument NAME=JSON (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--kwarg", metavar="NAME=JSON", help="A keyword argument NAME=JSON (repeatable)."
+        ),
     ] = None,
     key: Annotated[
         str | None, typer.Option(help="Idempotency key: a repeat returns the first.")
@@ -74,7 +78,8 @@ def list_(
     ctx: typer.Context,
     queue: Annotated[str, typer.Argument(help="Queue name.", show_default=False)],
     state: Annotated[
-        list[str] | None, typer.Option("--state", help="Only this state (repeatable).")
+        list[str] | None,
+        typer.Option("--state", metavar="STATE", help="Only this state (repeatable)."),
     ] = None,
     limit: Annotated[int, typer.Option(help="Most rows to show.", min=1, max=1000)] = 50,
     as_json: Json = False,

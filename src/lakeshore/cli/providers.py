@@ -40,6 +40,7 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
+        metavar="KEY=VALUE",
         help="One config key as KEY=VALUE (repeatable; VALUE is read as JSON, else as "
         "text; applied over --config).",
         show_default=False,
