@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 
+from tests.conftest import FakeClock
 from tests.integration.test_api_workers import claim, hello
 from tests.integration.test_controller import NS, elastic, provider, queue, submit_many, tick
 
@@ -91,3 +92,54 @@ async def test_stats_show_the_counters_and_scope(api: httpx.AsyncClient) -> None
     stats = (await api.get(f"{NS}/queues/warm/stats")).json()
     assert stats["scope"] == "pool:w"
     assert stats["counters"] == {"consecutiveAbove": 1, "consecutiveBelow": 0}
+
+
+async def test_explain_for_a_pooled_queue_gives_the_pools_policy_provider_and_feed(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    """The pool ticks with its first member's policy and the first provider a member
+    names, not the asked-about queue's own; explain says so and names the disagreement."""
+    await provider(api)
+    await queue(api, "zeta", elastic(max=2, pool="gpu"))  # first member, no provider
+    clock.advance(1)
+    await queue(api, "alpha", elastic(max=5, pool="gpu"), providerRef="fk")
+    await submit_many(api, "alpha", 3)
+    decision = (await tick(api))["pool:gpu"]
+    assert decision["action"] == "scale_up"
+    answer = (await api.get(f"{NS}/queues/alpha/explain")).json()
+    assert answer["scope"] == "pool:gpu"
+    assert answer["policy"]["max"] == 2 and answer["policy"]["kind"] == "fully_elastic"
+    assert answer["provider"] == "fk"
+    assert answer["pool"] == {
+        "name": "gpu",
+        "feed": "pool:gpu",
+        "members": ["zeta", "alpha"],
+        "policyFrom": "zeta",
+        "providerFrom": "alpha",
+        "disagreements": [
+            'queue "alpha" declares kind=fully_elastic min=0 max=5; '
+            'the pool follows "zeta" (kind=fully_elastic min=0 max=2)'
+        ],
+    }
+    assert answer["latest"]["scope"] == "pool:gpu"
+    assert answer["latest"]["action"] == "scale_up"
+    assert answer["latest"]["reason"] == decision["reason"]
+    first = (await api.get(f"{NS}/queues/zeta/explain")).json()
+    assert (first["provider"], first["pool"]["providerFrom"]) == ("fk", "alpha")
+    assert first["latest"] == answer["latest"]
+
+    await api.post(f"{NS}/queues/zeta/pause")  # a paused queue leaves the ticking pool
+    alone = (await api.get(f"{NS}/queues/alpha/explain")).json()
+    assert alone["policy"]["max"] == 5
+    assert alone["pool"]["members"] == ["alpha"] and alone["pool"]["disagreements"] == []
+    paused = (await api.get(f"{NS}/queues/zeta/explain")).json()
+    assert paused["why"] == (
+        'the queue is paused: the controller ticks active queues only (pool "gpu" ticks without it)'
+    )
+
+
+async def test_explain_for_a_standalone_queue_has_no_pool(api: httpx.AsyncClient) -> None:
+    await queue(api, "solo", elastic(max=3))
+    answer = (await api.get(f"{NS}/queues/solo/explain")).json()
+    assert answer["pool"] is None and answer["scope"] == "solo"
+    assert (answer["policy"]["max"], answer["provider"]) == (3, None)

@@ -93,8 +93,17 @@ def explain(
         return
     now, policy, latest = data["now"], data["policy"], data["latest"]
     bounds = f"min {policy['min']}, max {'unset' if policy['max'] is None else policy['max']}"
-    lines = [
-        f"queue {data['queue']} ({data['state']}), ticked as {data['scope']}",
+    pool = data.get("pool")
+    lines = [f"queue {data['queue']} ({data['state']}), ticked as {data['scope']}"]
+    if pool:
+        lines += [
+            f"in pool {pool['name']} (members: {', '.join(pool['members'])}); "
+            f"the pool's feed is {pool['feed']}",
+            f"the pool follows the policy of {pool['policyFrom']} and launches through "
+            f"the provider of {pool['providerFrom']}",
+            *(f"  note: {line}" for line in pool["disagreements"]),
+        ]
+    lines += [
         f"policy: {policy['kind']}, {bounds}; provider: {data['provider'] or 'none'}",
         f"now: {now['daemonCount']} daemons, {now['inFlight']} launching, "
         f"{now['pending']} pending, {now['running']} running, "

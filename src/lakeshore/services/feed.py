@@ -11,8 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from lakeshore.domain import scaling
+from lakeshore.domain import fleet, scaling
 from lakeshore.domain.names import is_valid_name
+from lakeshore.domain.queue import Queue
 from lakeshore.errors import InvalidInput, NotFound
 from lakeshore.services import queues as queue_service
 from lakeshore.services.namespaces import Namespace
@@ -110,38 +111,84 @@ async def pool_events(
 
 async def explain(store: Store, ns: Namespace, name: str, now: datetime) -> dict[str, Any]:
     """The latest decision for the queue (or its pool), its signals, the rule, and what
-    would have to change for it to scale."""
+    would have to change for it to scale.
+
+    A queue in an ``elasticity.pool`` does not tick by itself: its pool does, with the
+    policy of the pool's first active member and the provider of the first member that
+    names one. The answer gives those (not the queue's own), the pool's members, and a
+    line for each member whose policy the pool ignores."""
     queue = await queue_service.get(store, ns, name)
     stats = await queue_service.stats(store, ns, name)
     scope = queue_service.scope_of(queue)
+    pool_name = queue.spec.elasticity.pool if queue.spec.elasticity else None
     async with store.read() as conn:
         row = await event_store.latest(conn, ns.id, scope)
-    policy = scaling.Policy.from_elasticity(queue.spec.elasticity)
+        listed = await queue_store.list_queues(conn, ns.id) if pool_name else []
     latest = event_json(row) if row is not None else None
-    answer: dict[str, Any] = {
+    pool: dict[str, Any] | None = None
+    if pool_name is None:
+        policy = _policy_json(scaling.Policy.from_elasticity(queue.spec.elasticity))
+        provider = fleet.provider_name(queue.spec)
+    else:
+        policy, provider, pool = _pool(queue, pool_name, listed)
+    return {
         "queue": queue.name,
         "scope": scope,
         "state": queue.state,
-        "policy": {
-            "kind": policy.kind,
-            "min": policy.min,
-            "max": policy.max,
-            "threshold": policy.high,
-            "threshold_low": policy.low,
-        },
-        "provider": queue.spec.provider_ref
-        or (queue.spec.daemon_template.provider if queue.spec.daemon_template else None),
+        "pool": pool,
+        "policy": policy,
+        "provider": provider,
         "now": stats,
         "latest": latest,
         "ageSeconds": round((now - row["created_at"]).total_seconds(), 1) if row else None,
-        "why": _why(queue.state, latest),
+        "why": _why(queue.state, latest, pool_name),
     }
-    return answer
 
 
-def _why(state: str, latest: dict[str, Any] | None) -> str:
+def _policy_json(policy: scaling.Policy) -> dict[str, Any]:
+    return {
+        "kind": policy.kind,
+        "min": policy.min,
+        "max": policy.max,
+        "threshold": policy.high,
+        "threshold_low": policy.low,
+    }
+
+
+def _pool(
+    queue: Queue, pool_name: str, listed: list[Queue]
+) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+    """The policy and provider ``pool_name`` ticks with, and what explain says of the pool.
+
+    Members are grouped as the controller groups them: the pool's active queues, ordered
+    by creation then name. A queue that is not active (so not ticking) is shown against
+    the active members; when none is active, against itself."""
+    active = [
+        fleet.QueueView.from_queue(q)
+        for q in listed
+        if q.state == "active" and q.spec.elasticity and q.spec.elasticity.pool == pool_name
+    ]
+    _, pools = fleet.partition(active)
+    members = pools.get(pool_name) or [fleet.QueueView.from_queue(queue)]
+    source = fleet.pool_launch_source(members)
+    return (
+        _policy_json(fleet.pool_policy(members)),
+        fleet.provider_name(source.spec),
+        {
+            "name": pool_name,
+            "feed": fleet.pool_audit_name(pool_name),
+            "members": [m.name for m in members],
+            "policyFrom": members[0].name,
+            "providerFrom": source.name,
+            "disagreements": fleet.pool_disagreements(members),
+        },
+    )
+
+
+def _why(state: str, latest: dict[str, Any] | None, pool: str | None) -> str:
     if state != "active":
-        return f"the queue is {state}: the controller ticks active queues only"
+        also = f' (pool "{pool}" ticks without it)' if pool else ""
+        return f"the queue is {state}: the controller ticks active queues only{also}"
     if latest is None:
         return (
             "no tick has decided for this queue yet (is the controller running? "
