@@ -91,3 +91,33 @@ async def test_work_past_its_deadline_is_expired_not_dispatched(
     assert [i["id"] for i in claimed["invocations"]] == [fresh["id"]]
     expired = (await api.get(f"{NS}/invocations/{late['id']}")).json()
     assert (expired["state"], expired["error"]["type"]) == ("expired", "DeadlineExpired")
+
+
+async def test_concurrent_submits_never_overfill_a_queue(api: httpx.AsyncClient) -> None:
+    await queue(api, max_depth=5, on_full="reject")
+    answers = await asyncio.gather(*(submit(api) for _ in range(40)))
+    codes = sorted(response.status_code for response in answers)
+    assert codes == [201] * 5 + [429] * 35
+    assert await pending(api) == 5
+
+
+async def test_concurrent_blocked_submits_are_admitted_as_room_is_made(
+    api: httpx.AsyncClient,
+) -> None:
+    await queue(api, max_depth=2, on_full="block")
+    submits = [asyncio.create_task(submit(api, wait_s=30)) for _ in range(6)]
+    worker = (await api.post("/v1/workers/hello", json={"queues": ["q"]})).json()["id"]
+    claimed = 0
+    for _ in range(20):  # bounded: each claim takes one, waiting for a parked submit
+        assert await pending(api) <= 2
+        if claimed == 6:
+            break
+        answer = await api.post(f"/v1/workers/{worker}/claim", json={"timeout_s": 5})
+        taken = answer.json()["invocations"]
+        claimed += len(taken)
+        for invocation in taken:
+            done = {"result": None}
+            path = f"/v1/workers/{worker}/invocations/{invocation['id']}/complete"
+            assert (await api.post(path, json=done)).status_code == 200
+    assert claimed == 6
+    assert sorted(r.status_code for r in await asyncio.gather(*submits)) == [201] * 6

@@ -57,10 +57,12 @@ def to_json(row: Any) -> dict[str, Any]:
 async def _queue_for_submit(
     conn: AsyncConnection, ns: Namespace, name: str, now: datetime
 ) -> Queue:
-    """The queue to submit to, created as fifo when it does not exist yet."""
+    """The queue to submit to, created as fifo when it does not exist yet. Its row stays
+    locked until the submit commits (PostgreSQL; SQLite has one writer at a time), so
+    the depth check and the insert are one step for concurrent submits."""
     if not is_valid_name(name):
         raise InvalidInput(f"{name!r} is not a valid queue name: use {NAME_RULE}", field="queue")
-    queue = await queue_store.get_queue(conn, ns.id, name)
+    queue = await queue_store.get_queue(conn, ns.id, name, lock=True)
     if queue is None:
         queue = await queue_store.insert_queue(
             conn, id=new_id("q"), namespace_id=ns.id, spec=parse_spec({"name": name}), now=now

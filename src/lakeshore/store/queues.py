@@ -33,8 +33,15 @@ async def insert_queue(
     )
 
 
-async def get_queue(conn: AsyncConnection, namespace_id: str, name: str) -> Queue | None:
+async def get_queue(
+    conn: AsyncConnection, namespace_id: str, name: str, *, lock: bool = False
+) -> Queue | None:
+    """The queue by name. ``lock`` (PostgreSQL) holds its row until the transaction ends:
+    submits to one queue then take turns, so a depth check and the insert it admits are
+    not interleaved with another submit's, nor with a state change (draining)."""
     query = select(queues).where(queues.c.namespace_id == namespace_id, queues.c.name == name)
+    if lock and conn.dialect.name == "postgresql":
+        query = query.with_for_update()
     row = (await conn.execute(query)).mappings().first()
     return queue_from_row(row) if row else None
 
