@@ -1,13 +1,21 @@
 """The ``local`` provider: daemons as subprocesses of the server's own machine.
 
-A launch runs the template's setup scripts (each in the working dir, each with a time-out;
-one that fails fails the launch), then starts ``lakeshore daemon run`` with the launch's
-queues, runners, capacity and tags, and its server URL, namespace and worker token in its
-environment. Its output goes to ``<working dir>/logs/<launch id>.log``. The handle records
-the pid and the process's start time, so a daemon is found again (and never mistaken for
-another process that reused its pid) after a server restart. Terminate sends SIGTERM, then
-SIGKILL after ``grace_s``. Launched daemons exit by themselves once their server has been
-unreachable for ``orphan_after_s``, so none outlives a server that is gone.
+A launch runs the template's setup scripts (each in the working dir, each within its own
+time-out, ``setup_timeout_s``; one that fails fails the launch), then starts ``lakeshore
+daemon run`` with the launch's queues, runners, capacity and tags, and its server URL,
+namespace and worker token in its environment. Its output goes to
+``<working dir>/logs/<launch id>.log``. The handle records the pid and the process's start
+time, so a daemon is found again (and never mistaken for another process that reused its
+pid) after a server restart. Terminate sends SIGTERM, then SIGKILL after ``grace_s``.
+Launched daemons exit by themselves once their server has been unreachable for
+``orphan_after_s``, so none outlives a server that is gone.
+
+The setup scripts run inside the launch call, so the controller waits for them (up to
+``launch_timeout_s``), and the launch's time to say hello (``launch_ttl_s``, counted from
+when the launch is recorded, before the call) covers them too: a slow but working setup is
+not expired before its daemon could even start. ``max_daemons`` counts the live daemons a
+provider of this name started in this process, and those adopted from the launch records
+when ``lakeshore up`` starts again (see ``adopt``).
 
 It runs user code and setup scripts on the server's own machine, so only the admin token
 (and ``lakeshore up``, which registers it) may register one.
@@ -90,13 +98,15 @@ class LocalProvider:
     def __init__(self, name: str, config: LocalConfig) -> None:
         self.name = name
         self.config = config
-        self.launch_ttl_s = config.launch_ttl_s
         self.working_dir = Path(config.working_dir or default_working_dir()).expanduser()
-        # setup scripts run inside the launch call: the controller waits for them
-        self.launch_timeout_s = config.setup_timeout_s + LAUNCH_SLACK_S
+        # setup scripts run inside the launch call: the controller waits for as many as a
+        # template may have, each up to its time-out (the request is not known yet here)
+        self.launch_timeout_s = config.setup_timeout_s * MAX_SETUP_STEPS + LAUNCH_SLACK_S
+        # the TTL runs from before the call: the daemon may only start once setup is done
+        self.launch_ttl_s = config.launch_ttl_s + self.launch_timeout_s
 
     async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
-        running = len(_live_children(self.name))
+        running = len(live_daemons(self.name))
         if running >= self.config.max_daemons:
             raise base.LaunchError(
                 f'provider "{self.name}" already runs {running} daemons '
@@ -113,10 +123,9 @@ class LocalProvider:
             (f"setup script {n}", script)
             for n, script in enumerate(request.body.setup_commands, start=1)
         ]
-        deadline = asyncio.get_running_loop().time() + self.config.setup_timeout_s
         for what, script in steps:
             if script:
-                await self._setup(what, script, env, deadline)
+                await self._setup(what, script, env)
         log_path = logs / f"{request.launch_id}.log"
         args = [
             *request.daemon_args(),
@@ -140,9 +149,9 @@ class LocalProvider:
         _CHILDREN.setdefault(self.name, {})[process.pid] = process
         return {"pid": process.pid, "started": start_time(process.pid), "log": str(log_path)}
 
-    async def _setup(self, what: str, script: str, env: dict[str, str], deadline: float) -> None:
-        """Run one step; its process group is killed if it overruns, fails, or the launch
-        is given up on (cancelled)."""
+    async def _setup(self, what: str, script: str, env: dict[str, str]) -> None:
+        """Run one step within ``setup_timeout_s``; its process group is killed if it
+        overruns, fails, or the launch is given up on (cancelled)."""
         process = await asyncio.create_subprocess_exec(
             "/bin/bash",
             "-c",
@@ -154,9 +163,10 @@ class LocalProvider:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )
-        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
         try:
-            output, _ = await asyncio.wait_for(process.communicate(), timeout=remaining)
+            output, _ = await asyncio.wait_for(
+                process.communicate(), timeout=self.config.setup_timeout_s
+            )
         except TimeoutError:
             await _kill_group(process)
             raise base.LaunchError(
@@ -174,17 +184,34 @@ class LocalProvider:
 
 
 LAUNCH_SLACK_S = 10.0  # starting the daemon itself, after the setup scripts
+MAX_SETUP_STEPS = 1 + 64  # the bootstrap script and up to 64 setup scripts (a template's limit)
 
 # daemons started in this process, per provider name (for max_daemons)
 _CHILDREN: dict[str, dict[int, asyncio.subprocess.Process]] = {}
+# daemons an earlier server process started, found again in the launch records
+_ADOPTED: dict[str, dict[int, Mapping[str, Any]]] = {}
 
 
-def _live_children(provider: str) -> list[int]:
+def adopt(provider: str, handle: Mapping[str, Any]) -> bool:
+    """Count the daemon behind ``handle`` (started by an earlier server process) among
+    ``provider``'s live daemons; whether it is alive (a dead one is not adopted)."""
+    if not alive(handle):
+        return False
+    _ADOPTED.setdefault(provider, {})[int(handle["pid"])] = dict(handle)
+    return True
+
+
+def live_daemons(provider: str) -> list[int]:
+    """The pids of ``provider``'s daemons that still run (started here, or adopted)."""
     mine = _CHILDREN.setdefault(provider, {})
     for pid, process in list(mine.items()):
         if process.returncode is not None:
             del mine[pid]
-    return list(mine)
+    adopted = _ADOPTED.setdefault(provider, {})
+    for pid, handle in list(adopted.items()):
+        if pid in mine or not alive(handle):
+            del adopted[pid]
+    return [*mine, *adopted]
 
 
 def _child(pid: int) -> asyncio.subprocess.Process | None:
