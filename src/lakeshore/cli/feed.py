@@ -3,6 +3,7 @@ tick``: what the elasticity controller decided, and why."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Annotated, Any
 
@@ -15,10 +16,19 @@ Verbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Include tick_noop decisions (every tick).")
 ]
 Follow = Annotated[
-    bool, typer.Option("--follow", "-f", help="Keep printing new events until Ctrl-C.")
+    bool,
+    typer.Option(
+        "--follow",
+        "-f",
+        help="Keep printing new events until Ctrl-C (with --json: one JSON object a line).",
+    ),
 ]
-Limit = Annotated[int, typer.Option(min=1, max=500, help="How many events to show.")]
+Limit = Annotated[
+    int,
+    typer.Option(min=1, max=500, help="How many events to show (when following: per request)."),
+]
 FOLLOW_EVERY_S = 2.0
+MAX_PAGES_PER_POLL = 1_000
 
 pools = typer.Typer(help="Shared pools: queues that scale as one.", no_args_is_help=True)
 controller = typer.Typer(help="The elasticity controller.", no_args_is_help=True)
@@ -53,17 +63,48 @@ def _show(
         output.table(COLUMNS, [_row(e) for e in events])
         return
     last = events[-1]["id"] if events else 0
-    for event in events:
-        output.console.print(" · ".join(str(c) for c in _row(event)), markup=False)
     try:
+        _print_lines(events, as_json)
         while True:
             time.sleep(FOLLOW_EVERY_S)
-            newer = cli.client.request("GET", path, params={**params, "since": last})
-            for event in reversed(newer["events"]):
-                output.console.print(" · ".join(str(c) for c in _row(event)), markup=False)
-                last = max(last, event["id"])
+            newer, complete = _newer(cli, path, params, last)
+            if not complete:
+                output.note("more new events than one poll can fetch; some were skipped")
+            _print_lines(newer, as_json)
+            if newer:
+                last = newer[-1]["id"]
     except KeyboardInterrupt:
         return
+
+
+def _newer(
+    cli: context.CliContext, path: str, params: dict[str, Any], last: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """Every event after ``last``, oldest first, and whether that is all of them.
+
+    The feed pages newest first, so this starts at the newest and follows ``next_cursor``
+    back down to ``last``: a burst of more than a page between two polls is not lost.
+    Events written meanwhile are newer than the first page's newest; the next poll gets
+    them."""
+    found: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES_PER_POLL):
+        query = {**params, "since": last} | ({"cursor": cursor} if cursor else {})
+        page = cli.client.request("GET", path, params=query)
+        found.extend(page["events"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return list(reversed(found)), True
+    return list(reversed(found)), False
+
+
+def _print_lines(events: list[dict[str, Any]], as_json: bool) -> None:
+    """One line per event: JSON (for scripts, flushed as it comes) or a readable row."""
+    for event in events:
+        if as_json:
+            print(json.dumps(event, sort_keys=True), flush=True)
+        else:
+            output.console.print(" · ".join(str(c) for c in _row(event)), markup=False)
 
 
 def queue_events(
