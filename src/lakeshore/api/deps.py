@@ -50,9 +50,14 @@ async def principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
+    """The caller, checked against the route it asked for: every route that takes a token
+    comes through here, so a worker token is refused everywhere but the worker routes."""
     state = app_state(request)
     presented = credentials.credentials if credentials else None
-    return await auth.authenticate(state.store, state.admin_token, presented)
+    caller = await auth.authenticate(state.store, state.admin_token, presented)
+    route = request.scope.get("route")
+    caller.require_scope(getattr(route, "path", None) or request.scope["path"])
+    return caller
 
 
 async def namespace(

@@ -2,6 +2,11 @@
 
 Every failure looks the same to the caller (401, "invalid or missing token") so a probe
 learns nothing about which tokens exist.
+
+A worker token (minted for one launched daemon, and handed to it through its environment,
+its pod's Secret or its machine's user-data) opens the worker routes only: what a daemon
+calls. Anything else with it is 403, so a token read off an instance cannot launch daemons,
+write queues, submit or cancel work.
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from lakeshore.store import namespaces as ns_store
 from lakeshore.store.engine import Store
 
 PrincipalKind = Literal["admin", "namespace", "worker"]
+
+WORKER_ROUTES = "/v1/workers/"
+WORKER_SCOPE = (
+    "a worker token (minted for one launched daemon) may call only the worker routes "
+    "(/v1/workers/…); use a namespace token for anything else"
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,11 @@ class Principal:
     def require_admin(self, what: str) -> None:
         if not self.is_admin:
             raise Forbidden(f"only the admin token can {what}")
+
+    def require_scope(self, route: str) -> None:
+        """Refuse a worker token on any route but the worker routes (403)."""
+        if self.kind == "worker" and not route.startswith(WORKER_ROUTES):
+            raise Forbidden(WORKER_SCOPE)
 
 
 ADMIN = Principal(kind="admin")
