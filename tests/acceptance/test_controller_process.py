@@ -232,10 +232,19 @@ def tick_status(url: str, token: str) -> int:
         return http.post(TICK).status_code
 
 
+def newest_event_id(url: str, token: str, queue: str) -> int:
+    with connect(url, token) as http:
+        response = http.get(f"{NS}/queues/{queue}/events", params={"verbose": "true", "limit": 1})
+        assert response.status_code == 200, response.text
+        events = response.json()["events"]
+        return int(events[0]["id"]) if events else 0
+
+
 def test_a_surviving_replica_takes_over_the_controller(pg_server: str, tmp_path: Path) -> None:
     """Two replicas on one database, both with the loop on: exactly one leads (its tick
-    route answers 200, the other's 409); SIGKILL the leader, and the survivor's tick route
-    answers 200 once it holds the advisory lock."""
+    route answers 200, the other's 409); SIGKILL the leader, and the survivor's own loop
+    takes the advisory lock and ticks: new decisions appear in the feed with no tick asked
+    for by hand (the leader is dead, so they are the survivor's)."""
     env = clean_env(COLUMNS=WIDE, ELASTICITY_ENABLED="true", ELASTICITY_INTERVAL_S="0.5")
     db_url = create_pg_database(pg_server)
     try:
@@ -244,6 +253,9 @@ def test_a_surviving_replica_takes_over_the_controller(pg_server: str, tmp_path:
             b_process, b_url = _spawn(db_url, tmp_path / "b", tmp_path / "b.log", env_b)
             try:
                 urls = {a.url: a.process, b_url: b_process}
+                with connect(a.url, a.admin_token) as http:
+                    body = {"name": "watched", "elasticity": {"kind": "fully_elastic"}}
+                    assert http.post(f"{NS}/queues", json=body).status_code == 201
 
                 def one_leader() -> dict[str, int] | None:
                     codes = {url: tick_status(url, a.admin_token) for url in urls}
@@ -254,11 +266,12 @@ def test_a_surviving_replica_takes_over_the_controller(pg_server: str, tmp_path:
                 [survivor] = [url for url in urls if url != leader]
                 urls[leader].send_signal(signal.SIGKILL)
                 urls[leader].wait(timeout=10)
+                last = newest_event_id(survivor, a.admin_token, "watched")
                 wait_for(
-                    lambda: tick_status(survivor, a.admin_token) == 200,
-                    30,
-                    "the survivor to take over the controller",
-                    every_s=0.25,
+                    lambda: newest_event_id(survivor, a.admin_token, "watched") > last + 1,
+                    10,
+                    "the survivor's loop to tick by itself",
+                    every_s=0.1,
                 )
                 assert urls[survivor].poll() is None
             except BaseException:

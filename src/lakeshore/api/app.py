@@ -39,7 +39,7 @@ from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.notify import Notifier
 from lakeshore.store import wakeups
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
-from lakeshore.store.leadership import AdvisoryLock, Leadership, Solo
+from lakeshore.store.leadership import Leadership, Replicas, Solo
 
 log = logging.getLogger("lakeshore.server")
 LISTENER_START_S = 5.0
@@ -127,7 +127,7 @@ def create_app(
             notifier=notifier,
         )
         leadership: Leadership = (
-            AdvisoryLock(url) if url.get_backend_name() == "postgresql" else Solo()
+            Replicas(url, settings.node_id) if url.get_backend_name() == "postgresql" else Solo()
         )
         app.state.lakeshore = AppState(
             settings=settings,
@@ -170,6 +170,7 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await controller.close()
             if local_fleet:
                 await local_fleet_service.stop_all(store, clock())
             await store.close()

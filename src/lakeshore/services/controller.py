@@ -4,20 +4,27 @@ most one launch or kill per queue or pool, and write exactly one audit row for e
 Reads and writes are batched (``lakeshore.store.controller``): a tick's query count does
 not grow with the number of queues. Provider calls run concurrently, each bounded by a
 time-out; a failure, a time-out or a missing victim turns the decision into a
-``tick_noop`` with the reason appended, so a broken provider never wedges the loop.
+``tick_noop`` with the reason appended, so a broken provider never wedges the loop. The
+loop waits for provider calls only until its interval is nearly spent: a call still
+running then ends in the background and writes its audit row itself, so the next tick
+starts on time (its launch is already recorded in flight, its victim already retiring,
+so the next tick neither launches twice nor picks the same victim).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
+
+from sqlalchemy import RowMapping
 
 from lakeshore.domain import custom_scaler, fleet, scaling
 from lakeshore.domain.scaling import Counters, Decision, Signals
 from lakeshore.services import scalers
-from lakeshore.services.fleet_ops import FleetOps
+from lakeshore.services.fleet_ops import FleetOps, Launched, LaunchSpec, Prepared, Retired
 from lakeshore.services.notify import Notifier
 from lakeshore.services.units import (
     Outcome,
@@ -30,6 +37,9 @@ from lakeshore.services.units import (
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import launches as launch_store
 from lakeshore.store.engine import Store
+from lakeshore.store.leadership import Led
+
+log = logging.getLogger("lakeshore.controller")
 
 Clock = Callable[[], datetime]
 DEFAULT_CALL_TIMEOUT_S = 10.0
@@ -69,18 +79,42 @@ class Controller:
         )
         self._lock = asyncio.Lock()
         self._pruned_at: datetime | None = None
+        self._late: set[asyncio.Task[Any]] = set()  # launches and kills past their tick
 
-    async def tick(self) -> list[dict[str, Any]]:
-        """One tick over every active queue and pool; one outcome (and audit row) each."""
+    async def tick(
+        self, led: Led | None = None, *, budget_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        """One tick over every active queue and pool this server ticks (``led``: the
+        unpinned queues, those pinned to its node id, or both — the default); one
+        decision, and one audit row, for each.
+
+        ``budget_s`` bounds how long the tick waits for its launches and kills: one still
+        running then (a slow or hung provider) goes on in the background and writes its
+        own audit row when it ends, so the loop's next tick starts on time. ``None`` waits
+        for every one (a tick run by hand returns every decision). Returns the decisions
+        that were complete within the budget.
+        """
+        led = led or Led(unpinned=True, pinned=True)
         async with self._lock:
-            return [outcome.to_json() for outcome in await self._tick()]
+            return [outcome.to_json() for outcome in await self._tick(led, budget_s)]
 
-    async def _tick(self) -> list[Outcome]:
+    async def close(self) -> None:
+        """Stop waiting for launches and kills still running from earlier ticks."""
+        late, self._late = self._late, set()
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        self.scalers.close()
+
+    async def _tick(self, led: Led, budget_s: float | None) -> list[Outcome]:
         now = self.clock()
+        started = asyncio.get_running_loop().time()
         async with self.store.write() as conn:
             expired = await launch_store.expire(conn, now)
         async with self.store.read() as conn:
-            snap = await ctl_store.snapshot(conn, self.node_id)
+            snap = await ctl_store.snapshot(
+                conn, self.node_id if led.pinned else None, unpinned=led.unpinned
+            )
             units = units_of(snap)
             in_flight = await launch_store.in_flight_by_scope(
                 conn, [(u.namespace_id, u.scope) for u in units], now
@@ -88,36 +122,50 @@ class Controller:
             wanted = {(u.namespace_id, p) for u in units if (p := provider_of(u)) is not None}
             wanted |= {(launch["namespace_id"], launch["provider_name"]) for launch in expired}
             registrations = await ctl_store.registrations(conn, wanted)
-        decisions = []
         for n, unit in enumerate(units, 1):
             unit.signals = gather_signals(unit, snap, in_flight[(unit.namespace_id, unit.scope)])
-            counters = snap.counters.get((unit.namespace_id, unit.scope), Counters())
-            decisions.append(await self._decide(unit, unit.signals, counters))
             if n % YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # let the API's requests in between
-        gate = asyncio.Semaphore(CONCURRENCY)
-
-        async def carry_out(unit: Unit, decision: Decision) -> Outcome:
-            async with gate:
-                return await self._execute(unit, decision, registrations, now)
-
-        async def stop_expired(launch: Any) -> None:
-            async with gate:
-                await self.ops.stop_expired(launch, registrations)
-
+        decisions = await self._decide_all(units, snap.counters)
         outcomes: list[Outcome | None] = [
             None
             if d.action in ("scale_up", "scale_down")
             else Outcome(u, d, signals_json(u.signals))
             for u, d in zip(units, decisions, strict=True)
-        ]  # only a launch or a kill has anything to await: a task each for those alone
-        acting = [i for i, outcome in enumerate(outcomes) if outcome is None]
-        done = await asyncio.gather(*(carry_out(units[i], decisions[i]) for i in acting))
-        for i, outcome in zip(acting, done, strict=True):
-            outcomes[i] = outcome
-        await asyncio.gather(*(stop_expired(launch) for launch in expired))
+        ]
+        # a launch or a kill: first what the store must know before this tick ends (the
+        # launch in flight, the victim retiring), then the provider calls, as tasks
+        jobs = await self._prepare(units, decisions, outcomes, registrations)
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def gated(job: Awaitable[Any]) -> Any:
+            async with gate:
+                return await job
+
+        acting = {i: asyncio.create_task(gated(job)) for i, job in jobs.items()}
+        stopping = [
+            asyncio.create_task(gated(self.ops.stop_expired(launch, registrations)))
+            for launch in expired
+        ]
+        if acting or stopping:
+            wait_s = (
+                None
+                if budget_s is None
+                else max(0.0, budget_s - (asyncio.get_running_loop().time() - started))
+            )
+            await asyncio.wait([*acting.values(), *stopping], timeout=wait_s)
+        for i, task in acting.items():
+            if task.done():
+                outcomes[i] = task.result()
+            else:
+                self._finish_later(task, now)
+        for task in stopping:
+            if not task.done():
+                self._late.add(task)
+                task.add_done_callback(self._late.discard)
         final = [outcome for outcome in outcomes if outcome is not None]
-        await self._record(final, snap.counters, now)
+        changed = _changed_counters(units, decisions, snap.counters)
+        await self._record(final, changed, now)
         await self._prune(now)
         return final
 
@@ -129,58 +177,130 @@ class Controller:
         async with self.store.write() as conn:
             await ctl_store.prune_noops(conn, now - timedelta(seconds=self.noop_retention_s))
 
-    async def _decide(self, unit: Unit, s: Signals, counters: Counters) -> Decision:
-        queue = unit.policy_queue
-        policy = scaling.Policy.from_elasticity(queue.spec.elasticity)
-        path = queue.spec.custom_scaler_udf
-        if path is None:
-            return scaling.decide(policy, s, counters)
+    async def _decide_all(
+        self, units: Sequence[Unit], counters: dict[tuple[str, str], Counters]
+    ) -> list[Decision]:
+        """Every unit's decision; custom scalers are called together (each bounded by the
+        call time-out), so a tick waits for the slowest scaler, not for their sum."""
+        decisions: list[Decision | None] = []
+        asks: dict[int, Awaitable[Decision]] = {}
+        for n, unit in enumerate(units):
+            assert unit.signals is not None
+            queue = unit.policy_queue
+            policy = scaling.Policy.from_elasticity(queue.spec.elasticity)
+            path = queue.spec.custom_scaler_udf
+            if path is None:
+                kept = counters.get((unit.namespace_id, unit.scope), Counters())
+                decisions.append(scaling.decide(policy, unit.signals, kept))
+            else:
+                decisions.append(None)
+                asks[n] = self._ask_scaler(
+                    path, (unit.namespace_id, unit.scope), policy, unit.signals
+                )
+            if (n + 1) % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+        answers = await asyncio.gather(*asks.values())
+        for n, decision in zip(asks, answers, strict=True):
+            decisions[n] = decision
+        return [d for d in decisions if d is not None]
+
+    async def _ask_scaler(
+        self, path: str, key: tuple[str, str], policy: scaling.Policy, s: Signals
+    ) -> Decision:
         try:
-            answer = await self.scalers.call(path, s, timeout_s=self.call_timeout_s)
+            answer = await self.scalers.call(path, s, timeout_s=self.call_timeout_s, key=key)
         except scalers.ScalerError as exc:
             return custom_scaler.scaler_failed(str(exc))
         return custom_scaler.interpret_scaler_answer(answer, policy, s)
 
-    async def _execute(
-        self,
-        unit: Unit,
-        decision: Decision,
-        registrations: dict[tuple[str, str], Any],
-        now: datetime,
-    ) -> Outcome:
-        before = signals_json(unit.signals)
-        if decision.action == "scale_up":
-            return await self._launch(unit, decision, registrations, now)
-        if decision.action == "scale_down":
-            return await self._kill(unit, decision, registrations, now)
-        return Outcome(unit, decision, before)
+    def _finish_later(self, task: asyncio.Task[Outcome], now: datetime) -> None:
+        """A launch or kill still running when its tick ended: its audit row (dated at its
+        decision) is written when it ends."""
+
+        async def finish() -> None:
+            try:
+                outcome = await task
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            except Exception:
+                log.exception("a launch or kill that outlived its tick failed")
+                return
+            log.info(
+                "%s %s: %s", outcome.unit.scope, outcome.decision.action, outcome.decision.reason
+            )
+            await self._record([outcome], {}, now)
+
+        late = asyncio.create_task(finish())
+        self._late.add(late)
+        late.add_done_callback(self._late.discard)
 
     # --- scale-up and scale-down -------------------------------------------------------
 
-    async def _launch(
+    async def _prepare(
         self,
-        unit: Unit,
-        decision: Decision,
+        units: Sequence[Unit],
+        decisions: Sequence[Decision],
+        outcomes: list[Outcome | None],
         registrations: dict[tuple[str, str], Any],
-        now: datetime,
+    ) -> dict[int, Awaitable[Outcome]]:
+        """Record this tick's launches and mark its victims retiring; fill in the outcome
+        of each that cannot go ahead, and return the provider calls of the others."""
+        jobs: dict[int, Awaitable[Outcome]] = {}
+        launching: list[tuple[int, str]] = []
+        for i, (unit, decision) in enumerate(zip(units, decisions, strict=True)):
+            before = signals_json(unit.signals)
+            if decision.action == "scale_up":
+                name = provider_of(unit)
+                if name is None:
+                    failure = scaling.no_provider_reason(unit.launch_from.name)
+                    outcomes[i] = Outcome(unit, scaling.downgrade(decision, failure), before)
+                else:
+                    launching.append((i, name))
+            elif decision.action == "scale_down":
+                victim = fleet.pick_victim(unit.workers)
+                if victim is None:
+                    none_idle = "no idle worker to kill (busy workers are never killed)"
+                    outcomes[i] = Outcome(unit, scaling.downgrade(decision, none_idle), before)
+                    continue
+                detail: dict[str, Any] = {"victim": victim.id}
+                marked = await self.ops.mark_retiring(victim.id)
+                if isinstance(marked, Retired):
+                    not_idle = f"worker {victim.id} is {marked.status}; not killed"
+                    downgraded = scaling.downgrade(decision, not_idle)
+                    outcomes[i] = Outcome(unit, downgraded, before, detail)
+                    continue
+                jobs[i] = self._kill(unit, decision, victim.id, marked, registrations)
+        wanted = [
+            LaunchSpec(
+                namespace_id=units[i].namespace_id,
+                namespace=units[i].namespace,
+                scope=units[i].scope,
+                provider_name=name,
+                registration=registrations.get((units[i].namespace_id, name)),
+                template=units[i].launch_from.spec.daemon_template,
+                membership=units[i].membership,
+            )
+            for i, name in launching
+        ]
+        for (i, name), prepared in zip(launching, await self.ops.prepare(wanted), strict=True):
+            unit, decision = units[i], decisions[i]
+            if isinstance(prepared, Launched):
+                assert prepared.failure is not None
+                downgraded = scaling.downgrade(decision, prepared.failure)
+                outcomes[i] = Outcome(
+                    unit, downgraded, signals_json(unit.signals), {"provider": name}
+                )
+            else:
+                jobs[i] = self._launch(unit, decision, name, prepared)
+        return jobs
+
+    async def _launch(
+        self, unit: Unit, decision: Decision, name: str, prepared: Prepared
     ) -> Outcome:
         before = signals_json(unit.signals)
-        name = provider_of(unit)
-        if name is None:
-            failure = scaling.no_provider_reason(unit.launch_from.name)
-            return Outcome(unit, scaling.downgrade(decision, failure), before)
-        launched = await self.ops.launch(
-            namespace_id=unit.namespace_id,
-            namespace=unit.namespace,
-            scope=unit.scope,
-            provider_name=name,
-            registration=registrations.get((unit.namespace_id, name)),
-            template=unit.launch_from.spec.daemon_template,
-            membership=unit.membership,
-        )
-        detail = {"provider": name}
-        if launched.launch_id is not None:
-            detail["launch_id"] = launched.launch_id
+        launched = await self.ops.start(prepared)
+        detail = {"provider": name, "launch_id": prepared.launch_id}
         if launched.failure is not None:
             return Outcome(unit, scaling.downgrade(decision, launched.failure), before, detail)
         after = {**before, "in_flight": before["in_flight"] + 1}
@@ -190,26 +310,21 @@ class Controller:
         self,
         unit: Unit,
         decision: Decision,
+        victim: str,
+        launch: RowMapping | None,
         registrations: dict[tuple[str, str], Any],
-        now: datetime,
     ) -> Outcome:
         before = signals_json(unit.signals)
-        victim = fleet.pick_victim(unit.workers)
-        if victim is None:
-            none_idle = "no idle worker to kill (busy workers are never killed)"
-            return Outcome(unit, scaling.downgrade(decision, none_idle), before)
-        detail: dict[str, Any] = {"victim": victim.id}
-        retired = await self.ops.retire(
+        detail: dict[str, Any] = {"victim": victim}
+        retired = await self.ops.finish_retiring(
             namespace_id=unit.namespace_id,
-            worker_id=victim.id,
+            worker_id=victim,
+            launch=launch,
             reason=decision.reason,
             registrations=registrations,
         )
         if retired.failure is not None:
             return Outcome(unit, scaling.downgrade(decision, retired.failure), before, detail)
-        if retired.status != "retired":
-            not_idle = f"worker {victim.id} is {retired.status}; not killed"
-            return Outcome(unit, scaling.downgrade(decision, not_idle), before, detail)
         after = {**before, "daemon_count": before["daemon_count"] - 1}
         return Outcome(unit, decision, after, detail)
 
@@ -218,16 +333,13 @@ class Controller:
     async def _record(
         self,
         outcomes: Sequence[Outcome],
-        old: dict[tuple[str, str], Counters],
+        counters: dict[tuple[str, str], Counters],
         now: datetime,
     ) -> None:
+        """The audit rows of ``outcomes`` and the ``counters`` that changed, together."""
         rows = []
-        changed: dict[tuple[str, str], Counters] = {}
         for outcome in outcomes:
             unit, decision = outcome.unit, outcome.decision
-            key = (unit.namespace_id, unit.scope)
-            if old.get(key, Counters()) != decision.counters:
-                changed[key] = decision.counters
             rows.append(
                 {
                     "namespace_id": unit.namespace_id,
@@ -252,4 +364,18 @@ class Controller:
             )
         async with self.store.write() as conn:
             await ctl_store.write_events(conn, rows)
-            await ctl_store.save_counters(conn, changed, now)
+            await ctl_store.save_counters(conn, counters, now)
+
+
+def _changed_counters(
+    units: Sequence[Unit],
+    decisions: Sequence[Decision],
+    old: dict[tuple[str, str], Counters],
+) -> dict[tuple[str, str], Counters]:
+    """The counters a tick's decisions change (whatever their launches or kills become)."""
+    changed: dict[tuple[str, str], Counters] = {}
+    for unit, decision in zip(units, decisions, strict=True):
+        key = (unit.namespace_id, unit.scope)
+        if old.get(key, Counters()) != decision.counters:
+            changed[key] = decision.counters
+    return changed

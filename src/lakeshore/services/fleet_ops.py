@@ -1,8 +1,9 @@
 """Launching and retiring one daemon: the paths the controller and the manual fleet
 commands (``lakeshore daemon launch|kill``) share.
 
-A launch mints the daemon's own worker token, records the launch in flight (before the
-provider is called, so a crash mid-call still holds the slot until its TTL), calls the
+A launch mints the daemon's own worker token and records the launch in flight (a tick's
+launches together, in one transaction, before any provider is called, so a crash mid-call
+or a call still running when its tick ends holds the slot until its TTL); then it calls the
 provider within a time-out, and keeps its handle or fails the launch (freeing the slot and
 revoking the token). A retirement marks the worker retiring in the transaction that
 checks it holds nothing, asks its provider to stop it, then removes its row, refuses its
@@ -41,6 +42,30 @@ class Launched:
 
     launch_id: str | None
     failure: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One daemon to launch for ``scope``: through which provider, from which template,
+    joining which queues."""
+
+    namespace_id: str
+    namespace: str
+    scope: str
+    provider_name: str
+    registration: RowMapping | None
+    template: DaemonTemplate | None
+    membership: Sequence[str]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A launch recorded in flight, ready for its provider call."""
+
+    launch_id: str
+    provider: Provider
+    request: LaunchRequest
+    token_id: str
 
 
 @dataclass(frozen=True)
@@ -97,50 +122,93 @@ class FleetOps:
         membership: Sequence[str],
     ) -> Launched:
         """Launch one daemon for ``scope`` through ``provider_name``."""
-        if registration is None:
-            return Launched(
-                None, f'provider "{provider_name}" is not registered in namespace "{namespace}"'
+        wanted = LaunchSpec(
+            namespace_id, namespace, scope, provider_name, registration, template, membership
+        )
+        [prepared] = await self.prepare([wanted])
+        if isinstance(prepared, Launched):
+            return prepared
+        return await self.start(prepared)
+
+    async def prepare(self, wanted: Sequence[LaunchSpec]) -> list[Prepared | Launched]:
+        """Record launches in flight, each with a worker token of its own, in one
+        transaction — before any provider is called, so a launch still running when its
+        tick ends (or a crash mid-call) holds its slot until its TTL. A launch whose
+        provider is not registered or cannot be built is a failed ``Launched``, recorded
+        nowhere."""
+        now = self.clock()
+        answers: list[Prepared | Launched] = []
+        token_rows: list[dict[str, Any]] = []
+        launch_rows: list[dict[str, Any]] = []
+        for one in wanted:
+            if one.registration is None:
+                answers.append(
+                    Launched(
+                        None,
+                        f'provider "{one.provider_name}" is not registered in namespace '
+                        f'"{one.namespace}"',
+                    )
+                )
+                continue
+            kind, config = one.registration["kind"], one.registration["config"]
+            try:
+                provider = build(one.provider_name, kind, config)
+            except Exception as exc:
+                answers.append(
+                    Launched(None, f'provider "{one.provider_name}" is misconfigured: {exc}')
+                )
+                continue
+            body = fleet.launch_body(one.template, one.membership)
+            launch_id, token = new_id("lch"), tokens.mint()
+            token_rows.append(
+                {
+                    "id": token.id,
+                    "namespace_id": one.namespace_id,
+                    "kind": "worker",
+                    "name": f"launch {launch_id}",
+                    "secret_hash": token.secret_hash,
+                    "worker_id": None,
+                    "created_at": now,
+                }
             )
-        try:
-            provider = build(provider_name, registration["kind"], registration["config"])
-        except Exception as exc:
-            return Launched(None, f'provider "{provider_name}" is misconfigured: {exc}')
-        body = fleet.launch_body(template, membership)
-        launch_id, token, now = new_id("lch"), tokens.mint(), self.clock()
-        async with self.store.write() as conn:
-            await ns_store.insert_token(
-                conn,
-                id=token.id,
-                namespace_id=namespace_id,
-                kind="worker",
-                name=f"launch {launch_id}",
-                secret_hash=token.secret_hash,
-                now=now,
+            launch_rows.append(
+                {
+                    "id": launch_id,
+                    "namespace_id": one.namespace_id,
+                    "scope": one.scope,
+                    "provider_name": one.provider_name,
+                    "body": dataclasses.asdict(body),
+                    "token_id": token.id,
+                    "created_at": now,
+                    "expires_at": now + timedelta(seconds=provider.launch_ttl_s),
+                }
             )
-            row = {
-                "id": launch_id,
-                "namespace_id": namespace_id,
-                "scope": scope,
-                "provider_name": provider_name,
-                "body": dataclasses.asdict(body),
-                "token_id": token.id,
-                "created_at": now,
-                "expires_at": now + timedelta(seconds=provider.launch_ttl_s),
-            }
-            await launch_store.record(conn, [row])
-        request = LaunchRequest(launch_id, namespace, scope, self.server_url, token.plaintext, body)
+            request = LaunchRequest(
+                launch_id, one.namespace, one.scope, self.server_url, token.plaintext, body
+            )
+            answers.append(Prepared(launch_id, provider, request, token.id))
+        if launch_rows:
+            async with self.store.write() as conn:
+                await ns_store.insert_tokens(conn, token_rows)
+                await launch_store.record(conn, launch_rows)
+        return answers
+
+    async def start(self, prepared: Prepared) -> Launched:
+        """Call the provider for a recorded launch; keep its handle, or fail the launch
+        (freeing the slot at once and revoking its token)."""
+        provider, launch_id = prepared.provider, prepared.launch_id
         # a provider that does slow work inside its launch (local setup scripts) says so
         own = getattr(provider, "launch_timeout_s", None)
         limit = max(self.call_timeout_s, own) if isinstance(own, int | float) else None
         result = await self.call(
-            provider, "launch", lambda: provider.launch(request), timeout_s=limit
+            provider, "launch", lambda: provider.launch(prepared.request), timeout_s=limit
         )
         async with self.store.write() as conn:
             if isinstance(result, str):  # the slot is free again at once
                 await launch_store.resolve(
                     conn, launch_id, state="failed", now=self.clock(), error=result
                 )
-                await ns_store.revoke_token(conn, token.id, self.clock())
+                await ns_store.revoke_token(conn, prepared.token_id, self.clock())
                 return Launched(launch_id, result)
             await launch_store.started(conn, launch_id, result)
         return Launched(launch_id)
@@ -154,11 +222,36 @@ class FleetOps:
         registrations: dict[tuple[str, str], Any] | None = None,
     ) -> Retired:
         """Retire an idle worker: never one that holds a running invocation."""
+        marked = await self.mark_retiring(worker_id)
+        if isinstance(marked, Retired):
+            return marked
+        return await self.finish_retiring(
+            namespace_id=namespace_id,
+            worker_id=worker_id,
+            launch=marked,
+            reason=reason,
+            registrations=registrations,
+        )
+
+    async def mark_retiring(self, worker_id: str) -> RowMapping | Retired | None:
+        """Mark the worker retiring in the transaction that checks it is idle (from then on
+        it gets no new claim): its launch record (or None), or ``Retired`` busy or gone."""
         async with self.store.write() as conn:
             status = await ctl_store.retire_if_idle(conn, worker_id)
             launch = await launch_store.for_worker(conn, worker_id)
-        if status != "retiring":
-            return Retired(status)
+        return launch if status == "retiring" else Retired(status)
+
+    async def finish_retiring(
+        self,
+        *,
+        namespace_id: str,
+        worker_id: str,
+        launch: RowMapping | None,
+        reason: str,
+        registrations: dict[tuple[str, str], Any] | None = None,
+    ) -> Retired:
+        """Stop a worker marked retiring at its provider, then remove it; if the provider
+        fails, the worker stays (no longer retiring)."""
         failure = await self._terminate(namespace_id, worker_id, launch, registrations or {})
         async with self.store.write() as conn:
             if failure is not None:
@@ -177,9 +270,13 @@ class FleetOps:
     async def stop_expired(
         self, launch: RowMapping, registrations: dict[tuple[str, str], Any] | None = None
     ) -> None:
-        """Stop what an expired launch started (its daemon never said hello): a booted
-        instance or pod would otherwise run, and cost, for nothing."""
-        failure = await self._terminate(launch["namespace_id"], "", launch, registrations or {})
+        """Stop what an expired launch started (its daemon never said hello), or a launched
+        daemon whose worker was dropped as lost: a booted instance or pod would otherwise
+        run, and cost, for nothing."""
+        worker_id = launch["worker_id"] or ""
+        failure = await self._terminate(
+            launch["namespace_id"], worker_id, launch, registrations or {}
+        )
         async with self.store.write() as conn:
             await launch_store.terminated(conn, launch["id"], self.clock(), failure)
 

@@ -49,15 +49,22 @@ class Snapshot:
     counters: dict[tuple[str, str], Counters]  # (namespace id, scope) → counters
 
 
-async def active_queues(conn: AsyncConnection, node_id: str | None) -> list[tuple[str, Queue]]:
-    """Active queues this server ticks: unpinned ones, and those pinned to ``node_id``."""
-    pinned: ColumnElement[bool] = queues.c.server_node_id.is_(None)
+async def active_queues(
+    conn: AsyncConnection, node_id: str | None, *, unpinned: bool = True
+) -> list[tuple[str, Queue]]:
+    """Active queues this server ticks: unpinned ones (when ``unpinned``), and those pinned
+    to ``node_id`` (when given)."""
+    ticked: list[ColumnElement[bool]] = []
+    if unpinned:
+        ticked.append(queues.c.server_node_id.is_(None))
     if node_id is not None:
-        pinned = or_(pinned, queues.c.server_node_id == node_id)
+        ticked.append(queues.c.server_node_id == node_id)
+    if not ticked:
+        return []
     query = (
         select(queues, namespaces.c.name.label("namespace_name"))
         .join(namespaces, namespaces.c.id == queues.c.namespace_id)
-        .where(queues.c.state == "active", pinned)
+        .where(queues.c.state == "active", or_(*ticked))
         .order_by(queues.c.namespace_id, queues.c.created_at, queues.c.name)
     )
     found: list[tuple[str, Queue]] = []
@@ -138,10 +145,12 @@ async def load_counters(conn: AsyncConnection) -> dict[tuple[str, str], Counters
     }
 
 
-async def snapshot(conn: AsyncConnection, node_id: str | None) -> Snapshot:
+async def snapshot(
+    conn: AsyncConnection, node_id: str | None, *, unpinned: bool = True
+) -> Snapshot:
     by_queue, capacity = await _workers(conn)
     return Snapshot(
-        queues=await active_queues(conn, node_id),
+        queues=await active_queues(conn, node_id, unpinned=unpinned),
         pending=await _counts(conn, "pending"),
         running=await _counts(conn, "running"),
         workers=by_queue,

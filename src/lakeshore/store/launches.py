@@ -13,10 +13,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, and_, func, insert, or_, select, tuple_, update
+from sqlalchemy import RowMapping, and_, exists, func, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.store.tables import launches, providers, tokens
+from lakeshore.store.tables import launches, providers, tokens, workers
 
 L = launches.c
 
@@ -67,16 +67,33 @@ async def hello(
 
 
 async def expire(conn: AsyncConnection, now: datetime) -> list[RowMapping]:
-    """In-flight launches past their TTL become ``expired`` (their slot is free again) and
-    their tokens are revoked: a daemon that never said hello cannot join late. Returns the
-    expired launches that a provider started (they have a handle), to be stopped."""
+    """Launches that are over, to be stopped at their provider, with their tokens revoked.
+
+    Two kinds: in-flight launches past their TTL become ``expired`` (their slot is free
+    again; a daemon that never said hello cannot join late); and launches whose daemon said
+    hello but whose worker row is gone without a retirement — the reaper dropped it after
+    the worker TTL, so its instance or pod vanished or is cut off — are marked terminated
+    now (so no later tick picks them again), and a token read from that instance opens
+    nothing. Returns those that a provider started (they have a handle).
+    """
+    lost = (
+        update(launches)
+        .where(
+            L.state == "succeeded",
+            L.terminated_at.is_(None),
+            L.worker_id.is_not(None),
+            ~exists().where(workers.c.id == L.worker_id),
+        )
+        .values(terminated_at=now)
+        .returning(*launches.c)
+    )
+    gone = list((await conn.execute(lost)).mappings().all())
     overdue = select(L.token_id).where(
         L.state == "in_flight", L.expires_at <= now, L.token_id.is_not(None)
     )
+    revoked = or_(tokens.c.id.in_(overdue), tokens.c.id.in_([row["token_id"] for row in gone]))
     await conn.execute(
-        update(tokens)
-        .where(tokens.c.id.in_(overdue), tokens.c.revoked_at.is_(None))
-        .values(revoked_at=now)
+        update(tokens).where(revoked, tokens.c.revoked_at.is_(None)).values(revoked_at=now)
     )
     done = await conn.execute(
         update(launches)
@@ -84,7 +101,7 @@ async def expire(conn: AsyncConnection, now: datetime) -> list[RowMapping]:
         .values(state="expired", resolved_at=now)
         .returning(*launches.c)
     )
-    return [row for row in done.mappings().all() if row["handle"] is not None]
+    return [row for row in [*gone, *done.mappings().all()] if row["handle"] is not None]
 
 
 async def in_flight_by_scope(

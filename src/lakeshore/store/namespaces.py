@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import RowMapping, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -46,6 +48,12 @@ async def insert_token(
             created_at=now,
         )
     )
+
+
+async def insert_tokens(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert many tokens in one statement (rows carry every column but ``revoked_at``)."""
+    if rows:
+        await conn.execute(insert(tokens), list(rows))
 
 
 async def get_token(conn: AsyncConnection, token_id: str) -> RowMapping | None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from pydantic import ValidationError
 from sqlalchemy import RowMapping
 
-from lakeshore.domain.queue import Queue, QueueSpec
+from lakeshore.domain.queue import ELASTICITY_KINDS, Elasticity, Queue, QueueSpec
 
 # camelCase field name in the record → column name in ``queues``
 COLUMN_OF: Final = {(info.alias or name): name for name, info in QueueSpec.model_fields.items()}
@@ -20,7 +21,7 @@ def queue_columns(spec: QueueSpec) -> dict[str, Any]:
 
 
 def queue_from_row(row: RowMapping) -> Queue:
-    spec = QueueSpec.model_validate(
+    spec = _spec_of(
         {field: row[column] for field, column in COLUMN_OF.items() if row[column] is not None}
     )
     return Queue(
@@ -31,3 +32,22 @@ def queue_from_row(row: RowMapping) -> Queue:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _spec_of(data: dict[str, Any]) -> QueueSpec:
+    """The stored record as a spec. An elasticity kind this server does not know (written
+    by a newer server, or straight into the store) is kept as it is, rather than making
+    the queue unreadable: the controller then ticks it as the spec says, ``unknown
+    elasticity.kind="…" — defaulting to no-op``, and reads show the kind that is stored."""
+    try:
+        return QueueSpec.model_validate(data)
+    except ValidationError:
+        elasticity = data.get("elasticity")
+        kind = elasticity.get("kind") if isinstance(elasticity, dict) else None
+        if not isinstance(kind, str) or kind in ELASTICITY_KINDS:
+            raise
+    assert isinstance(elasticity, dict)
+    spec = QueueSpec.model_validate({**data, "elasticity": {**elasticity, "kind": "fixed"}})
+    assert spec.elasticity is not None
+    kept: Elasticity = spec.elasticity.model_copy(update={"kind": kind})
+    return spec.model_copy(update={"elasticity": kept})
