@@ -541,10 +541,10 @@ def report(results: list[Result]) -> bool:
         print(
             "'loop stall' is the longest the event loop (which also serves the API) went "
             "unanswered during a tick.\n"
-            "Launch statements grow with N by design: each launch writes its own rows (its "
-            "worker token and launch\nrecord, then the provider's handle) in transactions of "
-            "its own and calls the provider; that is not a\nper-queue read. 'per launch' is "
-            "(launch tick - steady tick) / N."
+            "Launch statements grow with N by design: a tick records its launches (worker "
+            "tokens and launch\nrows) together, then each launch calls its provider and "
+            "stores the handle it answered in a\ntransaction of its own; that is not a "
+            "per-queue read. 'per launch' is (launch tick - steady tick) / N."
         )
     expired = [r for r in results if r.expiry is not None]
     if expired:
