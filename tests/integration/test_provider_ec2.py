@@ -15,16 +15,21 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import httpx
 import pytest
+from asgi_lifespan import LifespanManager
 
+from lakeshore.api.app import create_app
+from lakeshore.config import Settings
 from lakeshore.domain.fleet import LaunchBody
 from lakeshore.providers import LaunchError, LaunchRequest, base, build, ec2
+from lakeshore.services import fleet_ops
+from tests.conftest import ADMIN, FakeClock
 from tests.integration.test_api_workers import hello
 
 NS = "/v1/namespaces/default"
@@ -317,6 +322,36 @@ async def launches(api: httpx.AsyncClient, name: str = "aws") -> list[dict[str, 
     return list(response.json()["launches"])
 
 
+@pytest.fixture
+def launch_tokens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The worker token each launch the controller makes is handed, in order."""
+    seen: list[str] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> LaunchRequest:
+        made = LaunchRequest(*args, **kwargs)
+        assert made.token is not None
+        seen.append(made.token)
+        return made
+
+    monkeypatch.setattr(fleet_ops, "LaunchRequest", recorded)
+    return seen
+
+
+async def assert_failed_and_released(
+    api: httpx.AsyncClient, queue: str, tokens: list[str]
+) -> dict[str, Any]:
+    """The queue's one launch failed, its slot is free again and its token opens nothing."""
+    [launch] = await launches(api)
+    assert launch["state"] == "failed", launch
+    assert launch["handle"] is None, launch
+    stats = (await api.get(f"{NS}/queues/{queue}/stats")).json()
+    assert stats["inFlight"] == 0, stats
+    [token] = tokens
+    refused = await api.get(f"{NS}/queues", headers={"Authorization": f"Bearer {token}"})
+    assert refused.status_code == 401, refused.text
+    return launch
+
+
 async def test_the_controller_scales_up_and_down_through_ec2(
     api: httpx.AsyncClient, moto_url: str, aws: Any
 ) -> None:
@@ -352,7 +387,7 @@ async def test_the_controller_scales_up_and_down_through_ec2(
 
 
 async def test_an_unreachable_endpoint_fails_the_launch_and_frees_the_slot(
-    api: httpx.AsyncClient,
+    api: httpx.AsyncClient, launch_tokens: list[str]
 ) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     await register(api, endpoint_url=closed, image_id=AMI)
@@ -361,14 +396,17 @@ async def test_an_unreachable_endpoint_fails_the_launch_and_frees_the_slot(
     decision = await tick(api, "jobs")
     assert decision["action"] == "tick_noop"
     assert f"launch failed: cannot reach {closed}: Could not connect" in decision["reason"]
-    [launch] = await launches(api)
-    assert launch["state"] == "failed"
+    launch = await assert_failed_and_released(api, "jobs", launch_tokens)
     assert launch["error"].startswith(f"launch failed: cannot reach {closed}")
     assert (await tick(api, "jobs"))["before"]["in_flight"] == 0
 
 
 async def test_missing_credentials_are_a_clear_launch_failure(
-    api: httpx.AsyncClient, moto_url: str, aws: Any, monkeypatch: pytest.MonkeyPatch
+    api: httpx.AsyncClient,
+    moto_url: str,
+    aws: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    launch_tokens: list[str],
 ) -> None:
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
@@ -378,15 +416,14 @@ async def test_missing_credentials_are_a_clear_launch_failure(
     decision = await tick(api, "jobs")
     assert decision["action"] == "tick_noop"
     assert "launch failed: no AWS credentials found (set AWS_ACCESS_KEY_ID" in decision["reason"]
-    [launch] = await launches(api)
-    assert launch["state"] == "failed"
+    await assert_failed_and_released(api, "jobs", launch_tokens)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     assert instances(aws) == []
 
 
 async def test_a_garbage_answer_fails_the_launch(
-    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, launch_tokens: list[str]
 ) -> None:
     class Garbage:
         def run_instances(self, **params: Any) -> Any:
@@ -401,6 +438,67 @@ async def test_a_garbage_answer_fails_the_launch(
     assert decision["reason"].endswith(
         "launch failed: EC2 answered RunInstances without any instance"
     )
+    launch = await assert_failed_and_released(api, "jobs", launch_tokens)
+    assert launch["error"] == "launch failed: EC2 answered RunInstances without any instance"
+
+
+@pytest.fixture
+async def impatient_api(settings: Settings, clock: FakeClock) -> AsyncIterator[httpx.AsyncClient]:
+    """The API in-process, its controller waiting 0.5 s for a provider call."""
+    app = create_app(settings.model_copy(update={"elasticity_call_timeout_s": 0.5}), clock=clock)
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://lakeshore.test", headers=ADMIN
+        ) as client:
+            yield client
+
+
+async def test_a_hung_ec2_api_fails_the_launch_and_its_late_instance_is_terminated(
+    impatient_api: httpx.AsyncClient,
+    moto_url: str,
+    aws: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    launch_tokens: list[str],
+) -> None:
+    """RunInstances answers only after the controller's time-out: the decision is a
+    tick_noop saying so, the launch failed with its slot free and its token revoked, and
+    the instance made after all is terminated."""
+    release = threading.Event()
+    make_client = ec2._make_client
+
+    class HungClient:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def run_instances(self, **params: Any) -> Any:
+            release.wait(10)
+            return self.real.run_instances(**params)
+
+        def terminate_instances(self, **params: Any) -> Any:
+            return self.real.terminate_instances(**params)
+
+    monkeypatch.setattr(ec2, "_make_client", lambda c, r: HungClient(make_client(c, r)))
+    api = impatient_api
+    await register(api, endpoint_url=moto_url, image_id=AMI)
+    await elastic_queue(api, "jobs")
+    await submit(api, "jobs")
+    try:
+        decision = await tick(api, "jobs")
+    finally:
+        release.set()
+    assert decision["action"] == "tick_noop"
+    assert decision["reason"].endswith(
+        'launch failed: provider "aws" did not answer within 0.5 s'
+    ), decision["reason"]
+    launch = await assert_failed_and_released(api, "jobs", launch_tokens)
+    for _ in range(200):
+        found = instances(aws, **{"lakeshore-launch-id": launch["id"]})
+        if found and all(i["State"]["Name"] in GONE for i in found):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail(f"the late instance was not terminated: {found}")
 
 
 @pytest.mark.parametrize(

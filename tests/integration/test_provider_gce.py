@@ -10,22 +10,28 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from asgi_lifespan import LifespanManager
 
+from lakeshore.api.app import create_app
+from lakeshore.config import Settings
 from lakeshore.domain.fleet import LaunchBody
 from lakeshore.providers import LaunchError, LaunchRequest, build
 from lakeshore.providers.gce import (
     GceConfig,
+    GceProvider,
     instance_labels,
     instance_name,
     instance_spec,
     label_key,
 )
+from lakeshore.services import fleet_ops
+from tests.conftest import ADMIN, FakeClock
 from tests.integration import gce_fake
 from tests.integration.gce_fake import GceFake
 from tests.integration.test_api_auth import namespace_token
@@ -318,6 +324,36 @@ async def launches(api: httpx.AsyncClient) -> list[dict[str, Any]]:
     return list(response.json()["launches"])
 
 
+@pytest.fixture
+def launch_tokens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The worker token each launch the controller makes is handed, in order."""
+    seen: list[str] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> LaunchRequest:
+        made = LaunchRequest(*args, **kwargs)
+        assert made.token is not None
+        seen.append(made.token)
+        return made
+
+    monkeypatch.setattr(fleet_ops, "LaunchRequest", recorded)
+    return seen
+
+
+async def assert_failed_and_released(
+    api: httpx.AsyncClient, queue: str, tokens: list[str]
+) -> dict[str, Any]:
+    """The queue's one launch failed, its slot is free again and its token opens nothing."""
+    [launch] = await launches(api)
+    assert launch["state"] == "failed", launch
+    assert launch["handle"] is None, launch
+    stats = (await api.get(f"{NS}/queues/{queue}/stats")).json()
+    assert stats["inFlight"] == 0, stats
+    [token] = tokens
+    refused = await api.get(f"{NS}/queues", headers={"Authorization": f"Bearer {token}"})
+    assert refused.status_code == 401, refused.text
+    return launch
+
+
 def launch_token(script: str) -> str:
     """The worker token the startup script hands the daemon."""
     for line in script.splitlines():
@@ -370,7 +406,7 @@ async def test_the_controller_scales_up_and_down_through_gce(
 
 @pytest.mark.parametrize("fault", ["500", "garbage", "unreachable"])
 async def test_a_failing_gce_api_is_a_noop_and_a_failed_launch(
-    api: httpx.AsyncClient, gce: GceFake, fault: str
+    api: httpx.AsyncClient, gce: GceFake, fault: str, launch_tokens: list[str]
 ) -> None:
     endpoint = gce.url
     if fault == "500":
@@ -392,8 +428,7 @@ async def test_a_failing_gce_api_is_a_noop_and_a_failed_launch(
         "unreachable": "cannot reach the Compute Engine API",
     }[fault]
     assert expected in decision["reason"]
-    [launch] = await launches(api)
-    assert launch["state"] == "failed"
+    launch = await assert_failed_and_released(api, "flaky", launch_tokens)
     assert decision["reason"].endswith(launch["error"])
     assert (await tick(api))["flaky"]["before"]["in_flight"] == 0  # the slot is free again
     assert gce.names() == []
@@ -401,7 +436,10 @@ async def test_a_failing_gce_api_is_a_noop_and_a_failed_launch(
 
 @pytest.mark.usefixtures("no_metadata_server")
 async def test_missing_credentials_fail_the_launch_clearly(
-    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    api: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    launch_tokens: list[str],
 ) -> None:
     missing = tmp_path / "no-such-key.json"
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(missing))
@@ -413,8 +451,7 @@ async def test_missing_credentials_fail_the_launch_clearly(
     assert decision["reason"].endswith(
         f"launch failed: no Google Cloud credentials found (File {missing} was not found.)"
     )
-    [launch] = await launches(api)
-    assert launch["state"] == "failed"
+    await assert_failed_and_released(api, "nocreds", launch_tokens)
     assert (await tick(api))["nocreds"]["action"] == "tick_noop"  # and the server goes on
 
 
@@ -488,3 +525,53 @@ async def test_a_launch_given_up_on_deletes_its_instance(
     else:
         pytest.fail(f"the abandoned launch's instance was not deleted: {gce.names()}")
     assert [r.method for r in gce.requests] == ["POST", "DELETE"]
+
+
+@pytest.fixture
+async def impatient_api(settings: Settings, clock: FakeClock) -> AsyncIterator[httpx.AsyncClient]:
+    """The API in-process, its controller waiting 0.5 s for a provider call."""
+    app = create_app(settings.model_copy(update={"elasticity_call_timeout_s": 0.5}), clock=clock)
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://lakeshore.test", headers=ADMIN
+        ) as client:
+            yield client
+
+
+async def test_a_hung_gce_api_fails_the_launch_and_its_late_instance_is_deleted(
+    impatient_api: httpx.AsyncClient,
+    gce: GceFake,
+    monkeypatch: pytest.MonkeyPatch,
+    launch_tokens: list[str],
+) -> None:
+    """The insert answers only after the controller's time-out: a tick_noop saying so, the
+    launch failed with its slot free and its token revoked, and the instance made after
+    all is deleted."""
+    release = threading.Event()
+    insert = GceProvider._insert
+
+    def hung_insert(self: GceProvider, *args: Any) -> None:
+        release.wait(10)
+        insert(self, *args)
+
+    monkeypatch.setattr(GceProvider, "_insert", hung_insert)
+    api = impatient_api
+    await register(api, config(gce.url))
+    await elastic_queue(api, "hung", maximum=1)
+    await submit(api, "hung", 1)
+    try:
+        decision = (await tick(api))["hung"]
+    finally:
+        release.set()
+    assert decision["action"] == "tick_noop"
+    assert decision["reason"].endswith(
+        'launch failed: provider "gcp" did not answer within 0.5 s'
+    ), decision["reason"]
+    await assert_failed_and_released(api, "hung", launch_tokens)
+    for _ in range(200):
+        if any(r.method == "DELETE" for r in gce.requests) and gce.names() == []:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail(f"the late instance was not deleted: {gce.names()}")

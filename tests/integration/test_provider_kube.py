@@ -30,6 +30,7 @@ from lakeshore.domain.fleet import LaunchBody
 from lakeshore.providers import LaunchError, LaunchRequest
 from lakeshore.providers.kube import KubeConfig, KubeProvider
 from lakeshore.providers.kube_manifests import LABEL_VALUE_RE, object_name
+from lakeshore.services import fleet_ops
 from tests.conftest import FakeClock
 from tests.integration.test_api_workers import hello
 from tests.integration.test_controller import NS, elastic, queue, submit_many, tick
@@ -308,6 +309,36 @@ async def launches(api: httpx.AsyncClient, name: str = "k8s") -> list[dict[str, 
     return list(response.json()["launches"])
 
 
+@pytest.fixture
+def launch_tokens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The worker token each launch the controller makes is handed, in order."""
+    seen: list[str] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> LaunchRequest:
+        made = LaunchRequest(*args, **kwargs)
+        assert made.token is not None
+        seen.append(made.token)
+        return made
+
+    monkeypatch.setattr(fleet_ops, "LaunchRequest", recorded)
+    return seen
+
+
+async def assert_failed_and_released(
+    api: httpx.AsyncClient, queue: str, tokens: list[str]
+) -> dict[str, Any]:
+    """The queue's one launch failed, its slot is free again and its token opens nothing."""
+    [launch] = await launches(api)
+    assert launch["state"] == "failed", launch
+    assert launch["handle"] is None, launch
+    stats = (await api.get(f"{NS}/queues/{queue}/stats")).json()
+    assert stats["inFlight"] == 0, stats
+    [token] = tokens
+    refused = await api.get(f"{NS}/queues", headers={"Authorization": f"Bearer {token}"})
+    assert refused.status_code == 401, refused.text
+    return launch
+
+
 async def test_the_controller_scales_up_and_down_through_kube(
     api: httpx.AsyncClient, clock: FakeClock, cluster: Cluster
 ) -> None:
@@ -343,7 +374,9 @@ async def test_the_controller_scales_up_and_down_through_kube(
     assert after["terminated_at"] is not None and after["terminate_error"] is None
 
 
-async def test_an_unreachable_api_is_a_noop_and_a_failed_launch(api: httpx.AsyncClient) -> None:
+async def test_an_unreachable_api_is_a_noop_and_a_failed_launch(
+    api: httpx.AsyncClient, launch_tokens: list[str]
+) -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     await register(api, host=url, image=IMAGE)
     await queue(api, "far", elastic(max=1), providerRef="k8s")
@@ -352,11 +385,47 @@ async def test_an_unreachable_api_is_a_noop_and_a_failed_launch(api: httpx.Async
     assert decision["action"] == "tick_noop"
     assert "launch failed: creating secret" in decision["reason"]
     assert f"cannot reach the Kubernetes API at {url}: connection refused" in decision["reason"]
-    [launch] = await launches(api)
-    assert launch["state"] == "failed"
+    launch = await assert_failed_and_released(api, "far", launch_tokens)
     assert launch["error"].startswith("launch failed: ")
     again = (await tick(api))["far"]
     assert again["before"]["in_flight"] == 0  # the slot is free again
+
+
+@pytest.mark.parametrize("fault", ["403", "garbage", "slow"])
+async def test_a_failing_api_is_a_noop_a_failed_launch_and_a_revoked_token(
+    api: httpx.AsyncClient, cluster: Cluster, launch_tokens: list[str], fault: str
+) -> None:
+    """The API refuses the pod, answers with something that is not one, or does not answer
+    within ``request_timeout_s``: a tick_noop with the reason, the launch failed, its
+    slot free, its token revoked and no Secret left behind."""
+    route = "post /api/v1/namespaces/default/pods"
+    if fault == "403":
+        refusal = {"kind": "Status", "code": 403, "message": "pods is forbidden: exceeded quota"}
+        cluster.emulator[route] << 403 << refusal
+    elif fault == "garbage":
+        cluster.emulator[route] << b"<html>proxy says hi</html>"
+    else:
+
+        async def slow() -> dict[str, Any]:
+            await asyncio.sleep(1)
+            return {}
+
+        cluster.emulator[route] << slow
+    await register(api, host=cluster.url, image=IMAGE, request_timeout_s=0.2)
+    await queue(api, "kf", elastic(max=1), providerRef="k8s")
+    await submit_many(api, "kf", 1)
+    decision = (await tick(api))["kf"]
+    assert decision["action"] == "tick_noop", decision
+    expected = {
+        "403": "Kubernetes API answered 403 Forbidden: pods is forbidden: exceeded quota",
+        "garbage": "answered with something that is not that pod",
+        "slow": f"cannot reach the Kubernetes API at {cluster.url}: timed out",
+    }[fault]
+    assert expected in decision["reason"], decision["reason"]
+    launch = await assert_failed_and_released(api, "kf", launch_tokens)
+    assert decision["reason"].endswith(launch["error"])
+    assert await cluster.secrets(launch["id"]) == []
+    assert await cluster.pods(launch["id"]) == []
 
 
 @pytest.mark.parametrize(
@@ -368,7 +437,11 @@ async def test_an_unreachable_api_is_a_noop_and_a_failed_launch(api: httpx.Async
     ],
 )
 async def test_a_missing_or_broken_kubeconfig_is_a_clear_launch_failure(
-    api: httpx.AsyncClient, tmp_path: Path, contents: str | None, message: str
+    api: httpx.AsyncClient,
+    tmp_path: Path,
+    contents: str | None,
+    message: str,
+    launch_tokens: list[str],
 ) -> None:
     path = tmp_path / "kubeconfig.yaml"
     if contents is not None:
@@ -380,8 +453,7 @@ async def test_a_missing_or_broken_kubeconfig_is_a_clear_launch_failure(
     assert decision["action"] == "tick_noop"
     assert message in decision["reason"]
     assert str(path) in decision["reason"]
-    [launch] = await launches(api)
-    assert launch["state"] == "failed"
+    await assert_failed_and_released(api, "kc", launch_tokens)
     assert (await tick(api))["kc"]["action"] == "tick_noop"  # and the server carries on
 
 
