@@ -60,8 +60,9 @@ def up(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run everything on this machine: the server, the controller and the `local` provider
-    (daemons as local processes) on the embedded SQLite store. Ctrl-C stops it all,
-    launched daemons included.
+    (daemons as local processes), on the embedded SQLite store in the data dir unless
+    LAKESHORE_DATABASE_URL names another store. Ctrl-C stops it all, launched daemons
+    included.
 
     Give a queue `--provider local` and an elasticity policy, submit work, and watch the
     fleet grow and shrink: `lakeshore queues events NAME`."""
