@@ -188,25 +188,35 @@ def one_live_daemon(up: Up, queue: str, provider: str) -> dict[str, Any]:
 
 
 def test_the_demo_runs_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    """``lakeshore demo`` with 40 quick invocations exits 0, reports them all succeeded with
-    the peak fleet and its scale_up / scale_down decisions, and afterwards no process uses
+    """``lakeshore demo`` with its defaults, as ``make run`` runs it: it exits 0, and its
+    closing summary says all 300 invocations succeeded, the fleet peaked at 4 daemons and
+    is back to 0, with the scale_up and scale_down decisions; afterwards no process uses
     its scratch dir (command line or cwd) and the dir is gone."""
     env = clean_env(COLUMNS=WIDE, TMPDIR=str(tmp_path))
-    args = ["demo", "--invocations", "40", "--seconds", "0.05", "--timeout", "100"]
     scratch = None
     try:
         done = subprocess.run(
-            [str(LAKESHORE), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            env=env, cwd=tmp_path, timeout=180, check=False,
+            [str(LAKESHORE), "demo"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            env=env, cwd=tmp_path, timeout=300, check=False,
         )  # fmt: skip
         output = done.stdout + done.stderr
         found = re.search(r"data in (\S+?)\)", output)
         assert found, output
         scratch = Path(found.group(1))
         assert done.returncode == 0, output
-        assert "40 invocations succeeded" in output
-        assert "peak daemons" in output
-        assert "scale_up" in output and "scale_down" in output
+        summary = re.search(
+            r"(\d+) invocations succeeded, (\d+) failed, in [\d.]+ s; peak daemons (\d+); "
+            r"daemons now (\d+) \(\+(\d+) booting\)",
+            output,
+        )
+        assert summary, output
+        succeeded, failed, peak, daemons, booting = map(int, summary.groups())
+        assert (succeeded, failed) == (300, 0)
+        assert peak == 4
+        assert (daemons, booting) == (0, 0)
+        decisions = output[summary.end() :]
+        assert "scale_up" in decisions and "scale_down" in decisions
+        assert "stopped the server and its daemons" in output
         assert processes_using(scratch) == []
         assert not scratch.exists()
     finally:

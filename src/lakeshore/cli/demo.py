@@ -1,4 +1,4 @@
-"""``lakeshore demo``: the whole product on one machine, in about a minute.
+"""``lakeshore demo``: the whole product on one machine, in under a minute.
 
 It starts ``lakeshore up`` (server, controller, ``local`` provider) on a scratch data dir
 and a free port, creates an elastic queue (``fully_elastic``, ``local`` provider, min 0,
@@ -169,7 +169,9 @@ def _summary(http: httpx.Client, progress: Progress, elapsed: float) -> None:
     output.console.print(
         f"[bold]{by_state.get('succeeded', 0)}[/bold] invocations succeeded, "
         f"{by_state.get('failed', 0)} failed, in {elapsed:.1f} s; "
-        f"peak daemons [bold]{progress.peak}[/bold]"
+        f"peak daemons [bold]{progress.peak}[/bold]; "
+        f"daemons now {progress.now.get('daemonCount', '?')} "
+        f"(+{progress.now.get('inFlight', '?')} booting)"
     )
     table = Table("at", "action", "reason", title="scale decisions")
     for event in reversed(events):
