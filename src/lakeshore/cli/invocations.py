@@ -82,17 +82,31 @@ def list_(
         typer.Option("--state", metavar="STATE", help="Only this state (repeatable)."),
     ] = None,
     limit: Annotated[int, typer.Option(help="Most rows to show.", min=1, max=1000)] = 50,
+    cursor: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CURSOR",
+            help="Start where an earlier page ended (the cursor it printed).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """List a queue's invocations, newest first."""
+    """List a queue's invocations, newest first, a page at a time. With --json, the rows
+    are printed as a JSON list; the next page's cursor, if any, goes to stderr."""
     cli = context.get(ctx)
     params: dict[str, Any] = {"limit": limit}
     if state:
         params["state"] = state
+    if cursor:
+        params["cursor"] = cursor
     page = cli.client.request("GET", cli.ns_path("queues", queue, "invocations"), params=params)
     rows = page["invocations"]
+    more = page.get("next_cursor")
     if as_json:
         output.print_json(rows)
+        if more:
+            typer.echo(f"next page: --cursor {more}", err=True)
         return
     output.table(
         ["id", "fn", "state", "attempts", "worker", "created"],
@@ -108,6 +122,8 @@ def list_(
             for r in rows
         ],
     )
+    if more:
+        typer.echo(f"more: lakeshore invocations list {queue} --cursor {more}", err=True)
 
 
 @app.command("show")
