@@ -490,3 +490,22 @@ def test_a_token_with_stray_whitespace_still_works_and_is_never_echoed(
     result = cli.run("queues", "list", "--json", token=server.admin_token + " \n")
     assert result.returncode == 0, result
     assert server.admin_token not in result.stdout + result.stderr
+
+
+def test_explain_of_a_pooled_queue_names_its_pool_and_the_policy_it_follows(
+    cli: Cli, http: httpx.Client
+) -> None:
+    pool = unique("pool")
+    first, second = f"{pool}-a", f"{pool}-b"
+    api_add(http, first, elasticity={"kind": "fully_elastic", "min": 0, "max": 2, "pool": pool})
+    api_add(http, second, elasticity={"kind": "fully_elastic", "min": 0, "max": 5, "pool": pool})
+    result = cli.run("queues", "explain", second)
+    assert result.returncode == 0, result
+    text = " ".join(result.stdout.split())
+    assert f"ticked as pool:{pool}" in text
+    assert f"in pool {pool} (members: {first}, {second}); the pool's feed is pool:{pool}" in text
+    assert f"the pool follows the policy of {first}" in text
+    assert "policy: fully_elastic, min 0, max 2" in text
+    assert f'note: queue "{second}" declares kind=fully_elastic min=0 max=5' in text
+    data = cli.run("queues", "explain", second, "--json").json()
+    assert data["pool"]["members"] == [first, second] and data["policy"]["max"] == 2
