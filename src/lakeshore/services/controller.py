@@ -299,8 +299,13 @@ class Controller:
         self, unit: Unit, decision: Decision, name: str, prepared: Prepared
     ) -> Outcome:
         before = signals_json(unit.signals)
-        launched = await self.ops.start(prepared)
         detail = {"provider": name, "launch_id": prepared.launch_id}
+        try:
+            launched = await self.ops.start(prepared)
+        except Exception as exc:  # the store failed around the call: this decision only
+            log.exception("launch %s for %s", prepared.launch_id, unit.scope)
+            failure = f"launch failed: {type(exc).__name__}: {exc}"
+            return Outcome(unit, scaling.downgrade(decision, failure), before, detail)
         if launched.failure is not None:
             return Outcome(unit, scaling.downgrade(decision, launched.failure), before, detail)
         after = {**before, "in_flight": before["in_flight"] + 1}
@@ -316,13 +321,18 @@ class Controller:
     ) -> Outcome:
         before = signals_json(unit.signals)
         detail: dict[str, Any] = {"victim": victim}
-        retired = await self.ops.finish_retiring(
-            namespace_id=unit.namespace_id,
-            worker_id=victim,
-            launch=launch,
-            reason=decision.reason,
-            registrations=registrations,
-        )
+        try:
+            retired = await self.ops.finish_retiring(
+                namespace_id=unit.namespace_id,
+                worker_id=victim,
+                launch=launch,
+                reason=decision.reason,
+                registrations=registrations,
+            )
+        except Exception as exc:  # the store failed around the call: this decision only
+            log.exception("retiring %s for %s", victim, unit.scope)
+            failure = f"kill failed: {type(exc).__name__}: {exc}"
+            return Outcome(unit, scaling.downgrade(decision, failure), before, detail)
         if retired.failure is not None:
             return Outcome(unit, scaling.downgrade(decision, retired.failure), before, detail)
         after = {**before, "daemon_count": before["daemon_count"] - 1}
