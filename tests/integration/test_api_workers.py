@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from asgi_lifespan import LifespanManager
 from sqlalchemy import insert
 
+from lakeshore.api.app import create_app
+from lakeshore.config import Settings
 from lakeshore.services import workers as worker_service
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import retired_workers
-from tests.conftest import FakeClock
+from tests.conftest import ADMIN, FakeClock
 
 NS = "/v1/namespaces/default"
 W = "/v1/workers"
@@ -138,15 +142,33 @@ async def test_a_paused_queue_dispatches_nothing_and_a_draining_one_does(
     assert [i["queue"] for i in await claim(api, worker)] == ["d"]
 
 
-async def test_a_waiting_claim_wakes_when_work_arrives(api: httpx.AsyncClient) -> None:
+@pytest.fixture
+async def rare_recheck_api(
+    settings: Settings, clock: FakeClock
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The API with a fallback re-check (60 s) far past any wait of these tests: only a
+    wake-up can answer a waiting claim in time."""
+    app = create_app(settings.model_copy(update={"claim_recheck_s": 60.0}), clock=clock)
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://lakeshore.test", headers=ADMIN
+        ) as client:
+            yield client
+
+
+async def test_a_waiting_claim_wakes_when_work_arrives(
+    rare_recheck_api: httpx.AsyncClient,
+) -> None:
+    api = rare_recheck_api
     worker = await hello(api, ["q"])
     await submit(api, "q")  # makes the queue exist
     [first] = await claim(api, worker)
-    waiting = asyncio.create_task(api.post(f"{W}/{worker}/claim", json={"timeout_s": 15}))
+    waiting = asyncio.create_task(api.post(f"{W}/{worker}/claim", json={"timeout_s": 20}))
     await asyncio.sleep(0.05)  # let the claim start waiting (a real concurrent client)
     assert not waiting.done()
     later = await submit(api, "q")
-    response = await asyncio.wait_for(waiting, timeout=10)
+    response = await asyncio.wait_for(waiting, timeout=10)  # the re-check is 60 s away
     assert [i["id"] for i in response.json()["invocations"]] == [later["id"]]
     assert first["id"] != later["id"]
 
@@ -183,6 +205,25 @@ async def test_a_retried_failure_waits_its_backoff_then_runs_again(
     assert (again["id"], again["attempts"]) == (created["id"], 2)
     final = await api.post(f"{W}/{worker}/invocations/{again['id']}/fail", json={"error": error})
     assert (final.json()["state"], final.json()["attempts"]) == ("failed", 2)
+
+
+async def test_an_empty_claim_says_when_pending_work_may_be_claimed(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    worker = await hello(api, ["q"])
+    await submit(api, "other")  # another queue's work is not this worker's
+    empty = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
+    assert empty.json() == {"invocations": [], "next_in_s": None}
+    await submit(api, "q", max_attempts=2)
+    [got] = await claim(api, worker)
+    error = {"type": "ValueError", "message": "bad input"}
+    await api.post(f"{W}/{worker}/invocations/{got['id']}/fail", json={"error": error})
+    clock.advance(0.25)
+    backing_off = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
+    assert backing_off.json() == {"invocations": [], "next_in_s": 0.75}  # a 1 s backoff
+    clock.advance(1)
+    [again] = await claim(api, worker)
+    assert again["id"] == got["id"]
 
 
 async def test_a_failure_without_retry_is_final(api: httpx.AsyncClient) -> None:

@@ -2,10 +2,12 @@
 
 One asyncio task claims (long-poll, up to the free capacity), one heartbeats, and one
 task per invocation waits for its child process in a thread. On SIGTERM (or SIGINT) the
-daemon stops claiming, lets what it holds finish, and exits; ``burst`` exits once its
-queues are empty. Outcomes go out in batches that also claim the freed slots again
-(:mod:`.reporter`); a report that fails is retried until it is delivered or the lease is
-known to be lost, so a finished invocation is reported once.
+daemon stops claiming, lets what it holds finish, and exits; ``burst`` exits once nothing
+it runs is left and its queues hold no pending work (a retry waiting out its backoff is
+waited for; while its work runs, it claims only as each outcome is reported). Outcomes
+go out in batches that also claim the freed slots again (:mod:`.reporter`); a report that
+fails is retried until it is delivered or the lease is known to be lost, so a finished
+invocation is reported once.
 """
 
 from __future__ import annotations
@@ -152,54 +154,74 @@ class Daemon:
 
     async def _claim_loop(self) -> None:
         failures = 0
+        # a burst daemon's last empty claim answer: how long to wait for pending work (a
+        # retry's backoff), or that there is none and the daemon may exit
+        look: dict[str, Any] | None = None
         while not self.stop.is_set():
             free = self.config.capacity - len(self.running)
-            if free <= 0:
+            if free <= 0 or (self.config.burst and self.running):
+                # a burst daemon asks again once its work is done (each outcome's report
+                # claims what it frees meanwhile): no claim while it runs, and a claim
+                # that finds nothing then means its queues are empty
                 await self._wait_for_room()
+                look = None
                 continue
-            wait = 0.0 if self.config.burst else self.config.claim_timeout_s
-            self.polling = True
-            try:
-                response = await self._post_or_stop(
-                    f"/v1/workers/{self.worker_id}/claim", {"timeout_s": wait, "max": free}
-                )
-            except httpx.TransportError as exc:
-                self.polling = False
-                log.warning("claim failed (%s); retrying", exc)
-                if self._orphaned():
-                    return
-                response = None
-            else:
-                self.polling = False
-                self.unreachable_since = None
-                if response is None:
-                    return  # stopping
-                if _transient(response):  # overloaded, restarting, or its store is down
-                    log.warning("claim refused for now (%d); retrying", response.status_code)
-                    response = None
-            if response is None:
+            wait = self.config.claim_timeout_s
+            if self.config.burst:
+                burst_wait = _burst_wait(look, self.config.claim_timeout_s)
+                if burst_wait is None:
+                    return  # nothing runs, nothing is pending: done
+                wait = burst_wait
+            response = await self._ask(wait, free)
+            if response == _STOP:
+                return
+            if not isinstance(response, httpx.Response):
                 await self._sleep(self._backoff(failures))
                 failures += 1
                 continue
             failures = 0
-            if not await self._take(response):
+            answer = await self._take(response)
+            if answer is None:
                 return
+            look = None if answer["invocations"] else answer
 
-    async def _take(self, response: httpx.Response) -> bool:
-        """Start what a claim returned; False when the daemon should stop claiming."""
+    async def _ask(self, wait: float, free: int) -> httpx.Response | str | None:
+        """One claim: its answer, None to retry after a back-off (the server is away or
+        overloaded), or ``_STOP`` (stopping, or orphaned)."""
+        self.polling = True
+        try:
+            response = await self._post_or_stop(
+                f"/v1/workers/{self.worker_id}/claim", {"timeout_s": wait, "max": free}
+            )
+        except httpx.TransportError as exc:
+            log.warning("claim failed (%s); retrying", exc)
+            return _STOP if self._orphaned() else None
+        finally:
+            self.polling = False
+        self.unreachable_since = None
+        if response is None:
+            return _STOP
+        if _transient(response):  # overloaded, restarting, or its store is down
+            log.warning("claim refused for now (%d); retrying", response.status_code)
+            return None
+        return response
+
+    async def _take(self, response: httpx.Response) -> dict[str, Any] | None:
+        """Start what a claim returned and hand back the answer; None when the daemon
+        should stop claiming."""
         if response.status_code == 410:
             log.info("retired by the control plane; finishing and exiting")
             self.retired = True
             self.stop.set()
-            return False
+            return None
         if response.status_code == 404:  # dropped while unreachable: register again
             log.warning("the server no longer knows this worker; saying hello again")
             await self._hello()
-            return True
+            return {"invocations": [], "next_in_s": 0.0}  # look again at once
         _raise_for(response)
-        claimed = response.json()["invocations"]
-        self._start_all(claimed)
-        return not (self.config.burst and not claimed and not self.running)
+        answer: dict[str, Any] = response.json()
+        self._start_all(answer["invocations"])
+        return answer
 
     def _start_all(self, invocations: list[dict[str, Any]]) -> None:
         for invocation in invocations:
@@ -332,6 +354,20 @@ class Daemon:
 
 
 _RECORDED = ("succeeded", "pending", "failed")  # what a report's recorded outcome can be
+_STOP = "stop"  # a claim that gave way to a stop signal, or a server long gone
+
+
+def _burst_wait(look: dict[str, Any] | None, longest_s: float) -> float | None:
+    """How long an idle burst daemon's next claim waits, or None to exit. ``look`` is its
+    last empty claim answer, sent with nothing running (None: look again at once): a
+    retry waiting out its backoff is waited for (the server claims once more as the wait
+    ends), no pending work ends the daemon."""
+    if look is None:
+        return 0.0
+    next_in_s = look.get("next_in_s")
+    if next_in_s is None:
+        return None
+    return float(min(max(0.0, float(next_in_s)) + 0.05, longest_s))
 
 
 class DaemonError(Exception):

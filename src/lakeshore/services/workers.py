@@ -189,6 +189,19 @@ async def claim(
     )
 
 
+async def next_claimable_in_s(
+    store: Store, caller: Principal, worker_id: str, now: datetime
+) -> float | None:
+    """Seconds until pending work in the worker's own dispatching queues may be claimed
+    (0: already; a retry waiting out its backoff: the rest of it), or None when they hold
+    no pending work. A ``--burst`` daemon that found nothing uses it to wait, not exit."""
+    async with store.read() as conn:
+        worker = await _worker_in(conn, caller, worker_id)
+        queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
+        at = await inv_store.next_available_at(conn, [q["id"] for q in queues if q["own"]])
+    return None if at is None else max(0.0, (at - now).total_seconds())
+
+
 async def heartbeat(
     store: Store,
     notifier: Notifier,

@@ -179,6 +179,18 @@ async def expire_overdue(
     return int(expired.rowcount)
 
 
+async def next_available_at(conn: AsyncConnection, queue_ids: Sequence[str]) -> datetime | None:
+    """When the earliest pending invocation of these queues is (or was) claimable; None
+    when they hold no pending work."""
+    if not queue_ids:
+        return None
+    query = select(func.min(C.available_at)).where(
+        C.queue_id.in_(list(queue_ids)), C.state == "pending"
+    )
+    value: datetime | None = (await conn.execute(query)).scalar_one()
+    return value
+
+
 def _held(invocation_id: str, worker_id: str) -> ColumnElement[bool]:
     return and_(C.id == invocation_id, C.state == "running", C.worker_id == worker_id)
 

@@ -57,6 +57,11 @@ async def _watch_hangup(request: Request, gone: asyncio.Event) -> None:
 async def claim(
     worker_id: str, request: Request, state: State, caller: Caller, body: ClaimIn | None = None
 ) -> dict[str, Any]:
+    """Up to ``max`` (default: the worker's capacity) invocations as soon as any is
+    claimable, or none after ``timeout_s`` (at most 20 s). An empty answer carries
+    ``next_in_s``: the seconds until pending work in the worker's queues may be claimed
+    (0 when it already may, e.g. another worker took it first; more when a retry waits
+    out its backoff), or null when they hold no pending work."""
     wanted = body or ClaimIn()
     gone = asyncio.Event()
     watcher = asyncio.create_task(_watch_hangup(request, gone))
@@ -75,7 +80,13 @@ async def claim(
         )
     finally:
         watcher.cancel()
-    return {"invocations": claimed}
+    if claimed:
+        return {"invocations": claimed}
+    # nothing now: when pending work will be claimable (a retry's backoff), or null
+    next_in_s = await worker_service.next_claimable_in_s(
+        state.store, caller, worker_id, state.clock()
+    )
+    return {"invocations": claimed, "next_in_s": next_in_s}
 
 
 @router.post("/{worker_id}/bye", summary="Leave: hand back what the worker holds")
