@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from lakeshore.services import workers as worker_service
+from lakeshore.store.engine import Store
 from tests.conftest import FakeClock
 
 NS = "/v1/namespaces/default"
@@ -121,3 +123,43 @@ async def test_concurrent_blocked_submits_are_admitted_as_room_is_made(
             assert (await api.post(path, json=done)).status_code == 200
     assert claimed == 6
     assert sorted(r.status_code for r in await asyncio.gather(*submits)) == [201] * 6
+
+
+async def test_the_reaper_expires_overdue_work_no_claim_looks_at(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    await queue(api, deadline_cutoff_s=10)
+    other = {"name": "slow", "admission": {"deadline_cutoff_s": 30}}
+    assert (await api.post(f"{NS}/queues", json=other)).status_code == 201
+    plain = await api.post(f"{NS}/queues/plain/invocations", json={"fn": "m:f"})
+    started = (await submit(api, max_attempts=3)).json()
+    worker = (await api.post("/v1/workers/hello", json={"queues": ["q"]})).json()["id"]
+    [claimed] = (await api.post(f"/v1/workers/{worker}/claim", json={"timeout_s": 0})).json()[
+        "invocations"
+    ]
+    assert claimed["id"] == started["id"]
+    error = {"error": {"type": "ValueError", "message": "again"}}
+    back = await api.post(f"/v1/workers/{worker}/invocations/{started['id']}/fail", json=error)
+    assert back.json()["state"] == "pending"  # waiting out its backoff: started, so kept
+    late = (await submit(api)).json()
+    slow = (await api.post(f"{NS}/queues/slow/invocations", json={"fn": "m:f"})).json()
+    clock.advance(11)  # past q's cutoff, within slow's
+    fresh = (await submit(api)).json()
+
+    swept = await worker_service.reap(store, clock())
+
+    assert swept["expired"] == 1
+
+    async def state(invocation_id: str) -> tuple[str, str | None]:
+        row = (await api.get(f"{NS}/invocations/{invocation_id}")).json()
+        return row["state"], (row["error"] or {}).get("message")
+
+    assert await state(late["id"]) == ("expired", "not started within 10 s")
+    assert await state(started["id"]) == ("pending", "again")
+    assert (await state(slow["id"]))[0] == "pending"
+    assert (await state(fresh["id"]))[0] == "pending"
+    assert (await state(plain.json()["id"]))[0] == "pending"
+    clock.advance(20)  # past slow's cutoff too
+    assert (await worker_service.reap(store, clock()))["expired"] == 2  # slow's and fresh
+    assert await state(slow["id"]) == ("expired", "not started within 30 s")
+    assert await state(started["id"]) == ("pending", "again")

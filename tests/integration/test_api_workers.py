@@ -273,6 +273,7 @@ async def test_one_sweep_fails_spent_leases_and_backs_off_each_by_its_attempt(
     assert await worker_service.reap(store, clock()) == {
         "retried": 2,
         "failed": 1,
+        "expired": 0,
         "workers_dropped": 0,
     }
     failed = (await api.get(f"{NS}/invocations/{a['id']}")).json()

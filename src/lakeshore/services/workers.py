@@ -345,11 +345,14 @@ def _not_held(invocation_id: str) -> Conflict:
 
 
 async def reap(store: Store, now: datetime) -> dict[str, int]:
-    """One sweep: expired leases back to pending (or failed), silent workers dropped.
+    """One sweep: expired leases back to pending (or failed), pending work past its
+    queue's ``deadline_cutoff_s`` expired, silent workers dropped.
 
     Retried work waits out its backoff, so waiting claims find it on their next re-check.
     """
     async with store.write() as conn:
         counts = await inv_store.reap_expired(conn, now)
+        expired = await inv_store.expire_all_overdue(conn, now)
+        await wakeups.publish(conn, [stream_key(i) for i in expired])
         gone = await worker_store.drop_silent(conn, now - timedelta(seconds=WORKER_TTL_S))
-    return {**counts, "workers_dropped": len(gone)}
+    return {**counts, "expired": len(expired), "workers_dropped": len(gone)}

@@ -18,7 +18,9 @@ from sqlalchemy import (
     RowMapping,
     and_,
     bindparam,
+    case,
     func,
+    literal,
     or_,
     select,
     tuple_,
@@ -29,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain import disciplines
 from lakeshore.domain.invocations import Report, after_failure, retry_backoff_s
-from lakeshore.store.tables import invocations
+from lakeshore.store.tables import invocations, queues
 
 C = invocations.c
 
@@ -159,24 +161,63 @@ async def claim(
     return sorted(claimed.mappings().all(), key=lambda row: order[row["id"]])
 
 
+def _expired(cutoff_s: float, now: datetime) -> dict[str, Any]:
+    error = {"type": "DeadlineExpired", "message": f"not started within {cutoff_s:g} s"}
+    return {"state": "expired", "finished_at": now, "error": error}
+
+
+# ``deadline_cutoff_s`` counts from the submit and ends with the first dispatch: work that
+# was claimed once (a retry waiting out its backoff, work handed back) keeps its place
+_NEVER_STARTED = (C.state == "pending", C.started_at.is_(None))
+
+
 async def expire_overdue(
     conn: AsyncConnection, queue_id: str, cutoff_s: float, now: datetime
 ) -> int:
-    """``deadline_cutoff_s``: pending work submitted longer ago than that is expired."""
+    """``deadline_cutoff_s`` of one queue: pending work never started and submitted longer
+    ago than that is expired."""
     expired = await conn.execute(
         update(invocations)
         .where(
             C.queue_id == queue_id,
-            C.state == "pending",
+            *_NEVER_STARTED,
             C.created_at < now - timedelta(seconds=cutoff_s),
         )
-        .values(
-            state="expired",
-            finished_at=now,
-            error={"type": "DeadlineExpired", "message": f"not started within {cutoff_s:g} s"},
-        )
+        .values(_expired(cutoff_s, now))
     )
     return int(expired.rowcount)
+
+
+async def expire_all_overdue(conn: AsyncConnection, now: datetime) -> list[str]:
+    """``deadline_cutoff_s`` of every queue that sets one (paused ones too): pending work
+    never started and submitted longer ago than its queue's cutoff is expired, whether or
+    not a claim looks at that queue. One read of the cutoffs and one UPDATE for every
+    queue (grouped by cutoff, not a statement per queue). Returns the ids expired."""
+    cutoff = queues.c.admission["deadline_cutoff_s"].as_float()
+    rows = (await conn.execute(select(queues.c.id, cutoff).where(cutoff.is_not(None)))).all()
+    by_cutoff: dict[float, list[str]] = {}
+    for queue_id, cutoff_s in rows:
+        by_cutoff.setdefault(float(cutoff_s), []).append(str(queue_id))
+    if not by_cutoff:
+        return []
+    late = [
+        and_(C.queue_id.in_(ids), C.created_at < now - timedelta(seconds=cutoff_s))
+        for cutoff_s, ids in by_cutoff.items()
+    ]
+    # each error names its queue's own cutoff
+    error = case(
+        *(
+            (C.queue_id.in_(ids), literal(_expired(cutoff_s, now)["error"], C.error.type))
+            for cutoff_s, ids in by_cutoff.items()
+        )
+    )
+    done = await conn.execute(
+        update(invocations)
+        .where(*_NEVER_STARTED, or_(*late))
+        .values(state="expired", finished_at=now, error=error)
+        .returning(C.id)
+    )
+    return sorted(str(i) for i in done.scalars())
 
 
 async def next_available_at(conn: AsyncConnection, queue_ids: Sequence[str]) -> datetime | None:
