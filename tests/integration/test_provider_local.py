@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,12 @@ from asgi_lifespan import LifespanManager
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
+from lakeshore.domain import fleet
 from lakeshore.domain.fleet import LaunchBody
 from lakeshore.domain.queue import DaemonTemplate
 from lakeshore.providers import LaunchError, LaunchRequest, build, local
+from lakeshore.services.controller import Controller
+from lakeshore.store.engine import Store, create_engine_for, parse_url
 from tests.conftest import ADMIN, FakeClock
 
 NS = "/v1/namespaces/default"
@@ -115,16 +118,18 @@ def environ_of(pid: int) -> dict[str, str]:
 # --- setup scripts and the launch's time limits -------------------------------------------
 
 
-def test_the_ttl_counts_from_the_record_so_it_covers_every_setup_script() -> None:
-    """fleet_ops records ``expires_at = now + launch_ttl_s`` before the call, and the
-    controller waits up to ``launch_timeout_s`` for it: a launch that used all of that
-    still has the configured TTL left to say hello."""
-    limit = next(m.max_length for m in DaemonTemplate.model_fields["setup_scripts"].metadata)
-    assert isinstance(limit, int)
-    assert 1 + limit == local.MAX_SETUP_STEPS  # the bootstrap script, then setup scripts
+def test_the_controller_waits_for_each_setup_script_of_the_launch() -> None:
+    """A local launch runs its setup scripts inside the call: the controller waits a
+    setup time-out per script of that launch, plus the daemon's start."""
     made = local.LocalProvider("p", local.LocalConfig(launch_ttl_s=30, setup_timeout_s=120))
-    assert made.launch_timeout_s == 120 * local.MAX_SETUP_STEPS + local.LAUNCH_SLACK_S
-    assert made.launch_ttl_s == 30 + made.launch_timeout_s
+    bare = LaunchRequest("lch_1", "default", "q", "http://x", "t", fleet.launch_body(None, ["q"]))
+    assert made.launch_timeout(bare) == local.LAUNCH_SLACK_S
+    scripted = fleet.launch_body(
+        DaemonTemplate(bootstrap_script="true", setup_scripts=["true", "true"]), ["q"]
+    )
+    three = LaunchRequest("lch_2", "default", "q", "http://x", "t", scripted)
+    assert made.launch_timeout(three) == 3 * 120 + local.LAUNCH_SLACK_S
+    assert made.launch_ttl_s == 30  # counted from the call's return
 
 
 async def test_each_setup_script_gets_its_own_time_out(
@@ -303,36 +308,47 @@ async def test_lakeshore_up_restarted_counts_the_daemons_launched_before(
 async def test_a_launch_whose_setup_outlasts_the_configured_ttl_is_not_expired(
     local_settings: Settings, clock: FakeClock, tmp_path: Path
 ) -> None:
-    """Through the controller: the launch record's expiry is the provider's TTL, which
-    counts the setup time too; a tick after more than the configured ``launch_ttl_s`` and
-    a whole setup time-out keeps the launch in flight (no second launch); once past the
-    TTL it expires and its daemon is stopped."""
+    """Through the controller: while its setup runs, a launch is in flight for the setup's
+    whole time-out plus the TTL; once the call returns, the TTL counts from then. A tick
+    past that expires it and stops its daemon."""
     work = tmp_path / "work"
     config = {"working_dir": str(work), "launch_ttl_s": 1, "setup_timeout_s": 30}
     async with started(local_settings, clock) as manager, client(manager) as api:
         await created(api, f"{NS}/providers", {"name": "slow", "kind": "local", "config": config})
-        template = {"setup_scripts": ["echo ready > ready.txt"]}
+        template = {"setup_scripts": ["sleep 0.5; echo ready > ready.txt"]}
         await created(api, f"{NS}/queues", kept_queue("prepared", "slow", **template))
-        assert (await tick(api, "prepared"))["action"] == "scale_up"
-        [launch] = await launches(api, "slow")
-        handle = launch["handle"]
+        store = Store(create_engine_for(parse_url(local_settings.resolved_database_url)))
+        controller = Controller(store, clock=clock, server_url="http://127.0.0.1:9")
         try:
+            first = await controller.tick(budget_s=0.0)  # the setup is still running
+            assert "prepared" not in {d["scope"] for d in first}
+            [running] = await launches(api, "slow")
+            created_at = datetime.fromisoformat(running["created_at"])
+            expires_at = datetime.fromisoformat(running["expires_at"])
+            waited = 30 + local.LAUNCH_SLACK_S  # one script's time-out, the daemon's start
+            assert (expires_at - created_at).total_seconds() == waited + 1
+            clock.advance(1 + 1)  # the configured TTL passes while the setup runs
+            assert (await tick(api, "prepared"))["action"] != "scale_up"
+            launch = running
+            for _ in range(200):  # the call returns once the script is done
+                [launch] = await launches(api, "slow")
+                if launch["handle"]:
+                    break
+                await asyncio.sleep(0.05)
+            handle = launch["handle"]
+            assert handle, launch
             assert (work / "ready.txt").read_text().strip() == "ready"
-            ttl = provider("slow", work, launch_ttl_s=1, setup_timeout_s=30).launch_ttl_s
-            created_at = datetime.fromisoformat(launch["created_at"])
+            assert launch["state"] == "in_flight"
             expires_at = datetime.fromisoformat(launch["expires_at"])
-            assert (expires_at - created_at).total_seconds() == ttl
-            clock.advance(1 + 30 + 1)  # the configured TTL and a whole setup time-out
-            again = await tick(api, "prepared")
-            assert again["action"] != "scale_up", again
-            [still] = await launches(api, "slow")
-            assert still["state"] == "in_flight", still
-            clock.advance(ttl)
+            assert expires_at == clock() + timedelta(seconds=1)  # the TTL, from the return
+            clock.advance(2)
             await tick(api, "prepared")
             expired = [x for x in await launches(api, "slow") if x["id"] == launch["id"]]
             assert expired[0]["state"] == "expired", expired
             assert await gone(handle["pid"])
         finally:
+            await controller.close()
+            await store.close()
             for made in await launches(api, "slow"):  # a relaunch after the expiry too
                 if made["handle"]:
                     await local.stop(made["handle"], grace_s=0)

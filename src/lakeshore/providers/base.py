@@ -126,6 +126,12 @@ def default_install_command() -> str:
 
 
 class Provider(Protocol):
+    """A kind of fleet. ``launch_ttl_s``: how long a launch stays in flight after the
+    provider answered, waiting for its daemon's hello. A provider whose launch call does
+    slow work of its own (``local`` runs setup scripts) may also define
+    ``launch_timeout(request) -> float``: how long to wait for that call, when longer than
+    the controller's call time-out."""
+
     name: str
     kind: str
     launch_ttl_s: float

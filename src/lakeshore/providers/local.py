@@ -10,12 +10,14 @@ pid) after a server restart. Terminate sends SIGTERM, then SIGKILL after ``grace
 Launched daemons exit by themselves once their server has been unreachable for
 ``orphan_after_s``, so none outlives a server that is gone.
 
-The setup scripts run inside the launch call, so the controller waits for them (up to
-``launch_timeout_s``), and the launch's time to say hello (``launch_ttl_s``, counted from
-when the launch is recorded, before the call) covers them too: a slow but working setup is
-not expired before its daemon could even start. ``max_daemons`` counts the live daemons a
-provider of this name started in this process, and those adopted from the launch records
-when ``lakeshore up`` starts again (see ``adopt``).
+The setup scripts run inside the launch call, so the controller waits for them: up to
+``launch_timeout(request)``, a time-out per script of that launch plus the daemon's own
+start. The launch's time to say hello (``launch_ttl_s``) counts from when the call
+returns, so a slow but working setup is never expired before its daemon could start, and
+a daemon that never says hello frees its slot ``launch_ttl_s`` after it was started.
+``max_daemons`` counts the live daemons a provider of this name started in this process,
+and those adopted from the launch records when ``lakeshore up`` starts again (see
+``adopt``).
 
 It runs user code and setup scripts on the server's own machine, so only the admin token
 (and ``lakeshore up``, which registers it) may register one.
@@ -99,11 +101,14 @@ class LocalProvider:
         self.name = name
         self.config = config
         self.working_dir = Path(config.working_dir or default_working_dir()).expanduser()
-        # setup scripts run inside the launch call: the controller waits for as many as a
-        # template may have, each up to its time-out (the request is not known yet here)
-        self.launch_timeout_s = config.setup_timeout_s * MAX_SETUP_STEPS + LAUNCH_SLACK_S
-        # the TTL runs from before the call: the daemon may only start once setup is done
-        self.launch_ttl_s = config.launch_ttl_s + self.launch_timeout_s
+        self.launch_ttl_s = config.launch_ttl_s  # from the call's return (see fleet_ops)
+
+    def launch_timeout(self, request: base.LaunchRequest) -> float:
+        """How long the controller waits for this launch: its setup scripts run inside the
+        call, each within ``setup_timeout_s``, then the daemon starts."""
+        steps = [request.body.bootstrap_script, *request.body.setup_commands]
+        scripts = sum(1 for step in steps if step)
+        return self.config.setup_timeout_s * scripts + LAUNCH_SLACK_S
 
     async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
         running = len(live_daemons(self.name))
@@ -184,7 +189,6 @@ class LocalProvider:
 
 
 LAUNCH_SLACK_S = 10.0  # starting the daemon itself, after the setup scripts
-MAX_SETUP_STEPS = 1 + 64  # the bootstrap script and up to 64 setup scripts (a template's limit)
 
 # daemons started in this process, per provider name (for max_daemons)
 _CHILDREN: dict[str, dict[int, asyncio.subprocess.Process]] = {}

@@ -66,6 +66,7 @@ class Prepared:
     provider: Provider
     request: LaunchRequest
     token_id: str
+    limit: float  # seconds the provider call may take
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,10 @@ class FleetOps:
                 continue
             body = fleet.launch_body(one.template, one.membership)
             launch_id, token = new_id("lch"), tokens.mint()
+            request = LaunchRequest(
+                launch_id, one.namespace, one.scope, self.server_url, token.plaintext, body
+            )
+            limit = self._call_limit(provider, request)
             token_rows.append(
                 {
                     "id": token.id,
@@ -180,13 +185,11 @@ class FleetOps:
                     "body": dataclasses.asdict(body),
                     "token_id": token.id,
                     "created_at": now,
-                    "expires_at": now + timedelta(seconds=provider.launch_ttl_s),
+                    # the call's own time, then the TTL (reset from the call's return)
+                    "expires_at": now + timedelta(seconds=limit + provider.launch_ttl_s),
                 }
             )
-            request = LaunchRequest(
-                launch_id, one.namespace, one.scope, self.server_url, token.plaintext, body
-            )
-            answers.append(Prepared(launch_id, provider, request, token.id))
+            answers.append(Prepared(launch_id, provider, request, token.id, limit))
         if launch_rows:
             async with self.store.write() as conn:
                 await ns_store.insert_tokens(conn, token_rows)
@@ -197,11 +200,8 @@ class FleetOps:
         """Call the provider for a recorded launch; keep its handle, or fail the launch
         (freeing the slot at once and revoking its token)."""
         provider, launch_id = prepared.provider, prepared.launch_id
-        # a provider that does slow work inside its launch (local setup scripts) says so
-        own = getattr(provider, "launch_timeout_s", None)
-        limit = max(self.call_timeout_s, own) if isinstance(own, int | float) else None
         result = await self.call(
-            provider, "launch", lambda: provider.launch(prepared.request), timeout_s=limit
+            provider, "launch", lambda: provider.launch(prepared.request), timeout_s=prepared.limit
         )
         async with self.store.write() as conn:
             if isinstance(result, str):  # the slot is free again at once
@@ -210,8 +210,17 @@ class FleetOps:
                 )
                 await ns_store.revoke_token(conn, prepared.token_id, self.clock())
                 return Launched(launch_id, result)
-            await launch_store.started(conn, launch_id, result)
+            ttl = timedelta(seconds=provider.launch_ttl_s)
+            await launch_store.started(conn, launch_id, result, self.clock() + ttl)
         return Launched(launch_id)
+
+    def _call_limit(self, provider: Provider, request: LaunchRequest) -> float:
+        """How long a launch call may take: the call time-out, or longer for a provider
+        that does slow work inside its launch (local setup scripts) and says so."""
+        own = getattr(provider, "launch_timeout", None)
+        if callable(own):
+            return max(self.call_timeout_s, float(own(request)))
+        return self.call_timeout_s
 
     async def retire(
         self,

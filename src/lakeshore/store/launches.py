@@ -44,9 +44,17 @@ async def resolve(
     await conn.execute(update(launches).where(L.id == launch_id).values(values))
 
 
-async def started(conn: AsyncConnection, launch_id: str, handle: Any) -> None:
-    """The provider call returned: keep its handle; the launch stays in flight until hello."""
+async def started(conn: AsyncConnection, launch_id: str, handle: Any, expires_at: datetime) -> None:
+    """The provider call returned: keep its handle; the launch stays in flight until hello,
+    or until ``expires_at`` (the provider's TTL, from now). A launch no longer in flight
+    (expired while its call ran) keeps its state; its handle is still kept, so what the call
+    made can be found and stopped."""
     await conn.execute(update(launches).where(L.id == launch_id).values(handle=handle))
+    await conn.execute(
+        update(launches)
+        .where(L.id == launch_id, L.state == "in_flight")
+        .values(expires_at=expires_at)
+    )
 
 
 async def hello(
