@@ -3,7 +3,7 @@
 Each candidate is drawn with probability proportional to ``exp(priority / temperature)``
 (without replacement, for batch claims). A low temperature approaches strict priority
 order; a high one approaches a uniform draw among the candidates. The candidates are the
-top ``max(64, 4 × claim size)`` pending invocations by priority (one indexed read, not the
+top ``max(64, 4 * claim size)`` pending invocations by priority (one indexed read, not the
 whole backlog): lower priorities among them are served too, while one behind a larger
 backlog of higher priorities waits until it is among the candidates.
 """
