@@ -1,7 +1,9 @@
-"""Functions the burst-daemon tests run (imported by daemons by path)."""
+"""Functions the burst-daemon and daemon-death tests run (imported by daemons by path)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 
@@ -12,3 +14,9 @@ def fails_once(marker: str) -> str:
         path.write_text("failed once\n", encoding="utf-8")
         raise RuntimeError("the first attempt fails")
     return "second time lucky"
+
+
+def pid_then_hang(path: str) -> None:
+    """Write this process's id to ``path``, then hang (for at most 120 s)."""
+    Path(path).write_text(str(os.getpid()), encoding="utf-8")
+    time.sleep(120)

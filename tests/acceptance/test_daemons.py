@@ -3,8 +3,10 @@ and a daemon killed mid-invocation loses nothing."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -176,6 +178,36 @@ def test_a_daemon_killed_mid_invocation_loses_nothing(
     assert final["result"] == 7
     assert final["attempts"] == 2
     assert final["worker"] != running["worker"]
+
+
+def gone(pid: int) -> bool:
+    """Whether the process has ended (a zombie nobody reaped yet counts as ended)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return "\nState:\tZ" in status
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+def test_a_daemon_killed_with_sigkill_takes_its_hanging_child_along(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    queue = f"orphan-{server.backend}"
+    pid_file = tmp_path / "child.pid"
+    body = {"fn": "tests.udfs_burst:pid_then_hang", "args": [str(pid_file)], "max_attempts": 1}
+    assert http.post(f"{NS}/queues/{queue}/invocations", json=body).status_code == 201
+    daemon = start_daemon(server, tmp_path / "d.log", "--queue", queue)
+    try:
+        child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, "the UDF"))
+        assert not gone(child)
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=10)
+        wait_for(lambda: gone(child), 10, f"the daemon's child {child} to die with it")
+    finally:
+        stop(daemon)
+        if pid_file.exists() and not gone(pid := int(pid_file.read_text())):
+            os.kill(pid, signal.SIGKILL)  # a failed check leaves nothing running
 
 
 def test_a_failing_udf_is_retried_then_failed_with_its_error(

@@ -5,17 +5,22 @@ The child is forked (about 5 ms on Linux, the daemon's imports already loaded), 
 are sent one by one as it yields them (handed to ``on_item`` in the parent), and its
 result is the generator's return value. The parent waits at most ``timeout_s`` in all and
 kills the child after that. Exceptions, import errors, results or items that are not JSON
-and children that die are all reported as an :class:`Outcome`; nothing raises.
+and children that die are all reported as an :class:`Outcome`; nothing raises. On Linux a
+child is killed by the kernel when the daemon dies (even by SIGKILL), so no UDF outlives
+the daemon that ran it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import inspect
 import json
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 import time
 import traceback
@@ -116,7 +121,30 @@ def call(
         return _not_json(f"the result of {fn}", exc)
 
 
-def _child(conn: Connection, fn: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when the thread that forked it ends (Linux;
+    the daemon forks from its slot threads, which live as long as the daemon):
+    a daemon killed with SIGKILL takes its children, hanging UDFs too, with it instead of
+    leaving them to run for work it no longer holds. Elsewhere (or without libc) nothing
+    changes. A parent already gone before the request took effect ends this process now."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # reparented already: the daemon died as it forked
+        os._exit(1)
+
+
+def _child(
+    conn: Connection, parent_pid: int, fn: str, args: list[Any], kwargs: dict[str, Any]
+) -> None:
+    die_with_parent(parent_pid)
     try:
         conn.send(call(fn, args, kwargs, lambda text: conn.send(("item", text))))
     finally:
@@ -179,7 +207,9 @@ class Run:
         context = _context()
         with _FORK:
             receiver, sender = context.Pipe(duplex=False)
-            child = context.Process(target=_child, args=(sender, *self._args), daemon=True)
+            child = context.Process(
+                target=_child, args=(sender, os.getpid(), *self._args), daemon=True
+            )
             child.start()
             sender.close()
         self._receiver, self._child = receiver, child
