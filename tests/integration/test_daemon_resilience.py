@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -140,3 +141,47 @@ async def test_a_report_answered_with_garbage_runs_again_after_a_lease(
         daemon.stop.set()
         assert await asyncio.wait_for(running, 30) == 0
     assert await results(app_transport, "garbage") == [("succeeded", 0)]
+
+
+class HeldHeartbeat(httpx.AsyncBaseTransport):
+    """The API in-process; the first heartbeat's answer, once the server has sent it,
+    waits for ``meanwhile`` (a claim answered while the heartbeat is on its way)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.meanwhile: Callable[[], Awaitable[None]] | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.url.path.endswith("/heartbeat") and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return response
+
+
+async def test_work_claimed_while_a_heartbeat_is_on_its_way_is_not_cancelled(
+    app_transport: httpx.AsyncBaseTransport,
+) -> None:
+    """The heartbeat's answer cannot list a lease taken after the server looked: the
+    daemon keeps running it."""
+    held = HeldHeartbeat(app_transport)
+    daemon = daemon_for(held, "beat-race")
+    daemon.config.burst = False
+
+    async def claim_meanwhile() -> None:
+        async with httpx.AsyncClient(
+            transport=app_transport, base_url="http://lakeshore.test", headers=ADMIN
+        ) as http:
+            body = {"fn": "tests.udfs:sleep", "args": [0.5]}
+            await http.post(f"{NS}/queues/beat-race/invocations", json=body)
+        await eventually(lambda: bool(daemon.running), "the daemon to claim it")
+
+    held.meanwhile = claim_meanwhile
+    running = asyncio.create_task(daemon.run())
+    try:
+        await eventually(lambda: daemon.completed == 1, "the invocation to run to the end")
+    finally:
+        daemon.stop.set()
+        assert await asyncio.wait_for(running, 30) == 0
+    assert held.meanwhile is None  # the race was staged
+    assert await results(app_transport, "beat-race") == [("succeeded", 0.5)]

@@ -274,18 +274,22 @@ class Daemon:
     async def _heartbeat(self, every_s: float) -> None:
         while True:
             await asyncio.sleep(every_s)
+            # only what ran when the heartbeat went out can be missing from its answer for
+            # a reason: a claim answered meanwhile was leased after the server's look
+            sent = list(self.running)
             try:
                 response = await self.http.post(
-                    f"/v1/workers/{self.worker_id}/heartbeat", json={"running": list(self.running)}
+                    f"/v1/workers/{self.worker_id}/heartbeat", json={"running": sent}
                 )
                 if response.status_code == 410 and not self.stop.is_set():
                     log.info("retired by the control plane; finishing and exiting")
                     self.retired = True
                     self.stop.set()
                 if response.is_success:
-                    held = set(response.json()["held"])
-                    for invocation_id, task in list(self.running.items()):
-                        if invocation_id not in held and invocation_id not in self.reporting:
+                    lost = set(sent) - set(response.json()["held"]) - self.reporting
+                    for invocation_id in lost:
+                        task = self.running.get(invocation_id)
+                        if task is not None:
                             task.cancel()  # cancelled, or the lease was lost
             except httpx.HTTPError as exc:
                 log.warning("heartbeat failed: %s", exc)
