@@ -163,3 +163,20 @@ async def test_the_reaper_expires_overdue_work_no_claim_looks_at(
     assert (await worker_service.reap(store, clock()))["expired"] == 2  # slow's and fresh
     assert await state(slow["id"]) == ("expired", "not started within 30 s")
     assert await state(started["id"]) == ("pending", "again")
+
+
+async def test_a_repeated_key_is_answered_even_when_the_rate_limit_is_spent(
+    api: httpx.AsyncClient,
+) -> None:
+    await queue(api, rate_limit=1)
+    body = {"fn": "m:f", "key": "k1"}
+    first = await api.post(f"{NS}/queues/q/invocations", json=body)
+    assert first.status_code == 201
+    again = await api.post(f"{NS}/queues/q/invocations", json=body)
+    assert (again.status_code, again.json()["id"]) == (200, first.json()["id"])
+    batch = {"invocations": [body, body]}
+    repeated = await api.post(f"{NS}/queues/q/invocations/batch", json=batch)
+    assert repeated.status_code == 201
+    assert repeated.json()["created"] == [False, False]
+    assert (await submit(api)).status_code == 429  # new work is still paced
+    assert await pending(api) == 1

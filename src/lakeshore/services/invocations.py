@@ -123,15 +123,18 @@ class RateLimiter:
             )
 
 
-async def _check_depth(conn: AsyncConnection, queue: Queue, submits: Sequence[Submit]) -> None:
-    """Room for the submits that would add a row (a key already used adds none)."""
-    limits = queue.spec.admission
-    if limits is None or limits.max_depth is None:
-        return
+async def _incoming(conn: AsyncConnection, queue: Queue, submits: Sequence[Submit]) -> int:
+    """How many of the submits would add a row: a key already used in the queue adds
+    none (its submit answers with the invocation that holds it)."""
     keys = {s.key for s in submits if s.key is not None}
     known = await inv_store.existing_keys(conn, queue.id, keys) if keys else set()
-    incoming = sum(1 for s in submits if s.key is None or s.key not in known)
-    if incoming == 0:
+    return sum(1 for s in submits if s.key is None or s.key not in known)
+
+
+async def _check_depth(conn: AsyncConnection, queue: Queue, incoming: int) -> None:
+    """Room for ``incoming`` new rows."""
+    limits = queue.spec.admission
+    if limits is None or limits.max_depth is None or incoming == 0:
         return
     pending = await queue_store.pending_count(conn, queue.id)
     if admission.has_room(pending=pending, incoming=incoming, max_depth=limits.max_depth):
@@ -181,8 +184,12 @@ async def submit_many(
         try:
             async with store.write() as conn:
                 queue = await _queue_for_submit(conn, ns, queue_name, now)
-                await _check_depth(conn, queue, submits)
-                limiter.admit(queue, len(submits), now)
+                # repeats of a used key are answered, never refused: only new rows are
+                # held to max_depth and paced by rate_limit
+                incoming = await _incoming(conn, queue, submits)
+                await _check_depth(conn, queue, incoming)
+                if incoming:
+                    limiter.admit(queue, incoming, now)
                 rows = [_row(ns, queue, s, now, i) for i, s in enumerate(submits)]
                 stored = await inv_store.insert_many(conn, rows)
                 await wakeups.publish(conn, [queue.id])
