@@ -22,21 +22,29 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import platformdirs
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8270
-DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
-ADMIN_TOKEN_FILE = "admin-token"
+from lakeshore.defaults import (
+    ADMIN_TOKEN_FILE,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_URL,
+    default_data_dir,
+    read_local_admin_token,
+)
 
-
-def default_data_dir() -> Path:
-    return Path(platformdirs.user_data_dir("lakeshore", appauthor=False))
+__all__ = [
+    "ADMIN_TOKEN_FILE",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "DEFAULT_URL",
+    "Settings",
+    "default_data_dir",
+    "read_local_admin_token",
+]
 
 
 class Settings(BaseSettings):
@@ -125,13 +133,3 @@ class Settings(BaseSettings):
     @property
     def admin_token_path(self) -> Path:
         return self.data_dir / ADMIN_TOKEN_FILE
-
-
-def read_local_admin_token() -> str | None:
-    """The embedded server's admin token, when this user can read it (local use only)."""
-    data_dir = Path(os.environ.get("LAKESHORE_DATA_DIR") or default_data_dir())
-    try:
-        token = (data_dir / ADMIN_TOKEN_FILE).read_text().strip()
-    except OSError:
-        return None
-    return token or None

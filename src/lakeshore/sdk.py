@@ -30,7 +30,7 @@ from urllib.parse import quote
 import httpx
 from httpx_sse import SSEError, connect_sse
 
-from lakeshore.config import DEFAULT_URL, read_local_admin_token
+from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -24,8 +24,8 @@ import httpx
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from lakeshore.domain.kinds import ELASTICITY_KINDS, QUEUE_KINDS
 from lakeshore.domain.names import NAME_RE
-from lakeshore.domain.queue import ELASTICITY_KINDS, QUEUE_KINDS
 from tests.integration.fuzzing import QUEUES, VALID_NAME, assert_refusal, listing, queue_url, send
 
 HUGE_INTS = (2**31 - 1, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 10**30, -(2**63) - 1)

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from lakeshore.domain.queue import QueueSpec, merge_patch, normalize_elasticity_kind, parse_spec
+from lakeshore.domain.kinds import normalize_elasticity_kind
+from lakeshore.domain.queue import QueueSpec, merge_patch, parse_spec
 from lakeshore.errors import InvalidInput
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import Any, Final, NoReturn
 
 import typer
 from rich.text import Text
@@ -178,29 +178,8 @@ def _refuse(label: str, problems: list[Problem], as_json: bool) -> NoReturn:
     raise typer.Exit(1)
 
 
-def apply(
-    ctx: typer.Context,
-    file: Annotated[
-        str,
-        typer.Option(
-            "--file",
-            "-f",
-            help="The file to apply (lakeshore.yaml; - reads standard input).",
-            show_default=False,
-        ),
-    ],
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the changes and make none.")
-    ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the plan and its results as JSON.")
-    ] = False,
-) -> None:
-    """Create or change providers, queues and compose counts to match a file.
-
-    Idempotent: a second run reports everything unchanged. Nothing absent from the file is
-    deleted, and fields a queue in the file does not set are left alone. See docs/apply.md.
-    """
+def run(ctx: typer.Context, file: str, *, dry_run: bool, as_json: bool) -> None:
+    """``lakeshore apply`` (its options are declared in ``lakeshore.cli.apply_command``)."""
     cli = context.get(ctx)
     text, label = _read(file)
     try:

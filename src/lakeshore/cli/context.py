@@ -8,7 +8,7 @@ from urllib.parse import quote
 import typer
 
 from lakeshore.cli.client import ApiClient
-from lakeshore.config import read_local_admin_token as local_admin_token
+from lakeshore.defaults import read_local_admin_token as local_admin_token
 
 
 @dataclass

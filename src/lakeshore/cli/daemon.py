@@ -11,9 +11,9 @@ import typer
 
 from lakeshore.cli import context, output
 from lakeshore.cli.client import CliError
-from lakeshore.config import read_local_admin_token as local_admin_token
 from lakeshore.daemon import runner as runner_module
 from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
+from lakeshore.defaults import read_local_admin_token as local_admin_token
 
 app = typer.Typer(
     help="Run a worker daemon here, or launch, list and kill daemons.", no_args_is_help=True

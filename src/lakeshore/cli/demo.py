@@ -28,7 +28,6 @@ from rich.table import Table
 
 from lakeshore.cli import output
 from lakeshore.cli.client import CliError
-from lakeshore.providers.local import lakeshore_command
 
 QUEUE = "demo"
 FN = "lakeshore.examples:render_tile"
@@ -88,7 +87,7 @@ def _start(data_dir: Path, port: int, interval_s: float) -> subprocess.Popen[byt
     args = ["up", "--port", str(port), "--data-dir", str(data_dir), "--log-level", "warning"]
     log = (data_dir / "server.log").open("ab")
     return subprocess.Popen(
-        [*lakeshore_command(), *args],
+        [*_lakeshore_command(), *args],
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -252,3 +251,9 @@ def _watch(http: httpx.Client, progress: Progress, timeout: float) -> bool:
                 return True
             time.sleep(0.5)
     return False
+
+
+def _lakeshore_command() -> list[str]:
+    from lakeshore.providers.local import lakeshore_command
+
+    return lakeshore_command()

@@ -10,12 +10,12 @@ from rich.text import Text
 
 from lakeshore import __version__
 from lakeshore.cli import admin, daemon, feed, invocations, output, providers, queues
-from lakeshore.cli.apply import apply
+from lakeshore.cli.apply_command import apply
 from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
 from lakeshore.cli.demo import demo
 from lakeshore.cli.server import server, up
-from lakeshore.config import DEFAULT_URL
+from lakeshore.defaults import DEFAULT_URL
 
 app = typer.Typer(
     name="lakeshore",

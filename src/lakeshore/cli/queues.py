@@ -8,7 +8,7 @@ import typer
 
 from lakeshore.cli import context, output
 from lakeshore.cli.client import CliError
-from lakeshore.domain.queue import ELASTICITY_KINDS, QUEUE_KINDS, normalize_elasticity_kind
+from lakeshore.domain.kinds import ELASTICITY_KINDS, QUEUE_KINDS, normalize_elasticity_kind
 
 app = typer.Typer(help="Create, inspect and change queues.", no_args_is_help=True)
 

@@ -7,15 +7,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import uvicorn
-from sqlalchemy.exc import DBAPIError
 
 from lakeshore.cli import output
 from lakeshore.cli.client import CliError
-from lakeshore.config import DEFAULT_HOST, DEFAULT_PORT, Settings
-from lakeshore.errors import LakeshoreError
-from lakeshore.services.auth import load_or_create_admin_token
-from lakeshore.store.engine import parse_url, prepare
+from lakeshore.defaults import DEFAULT_HOST, DEFAULT_PORT
+
+# The server's own stack (uvicorn, SQLAlchemy, migrations, the app) is imported when a
+# server starts, not at every CLI command's start.
 
 
 def database_url(value: str) -> str:
@@ -79,7 +77,14 @@ def serve(
     log_level: str,
     local_fleet: bool,
 ) -> None:
+    import uvicorn
+    from sqlalchemy.exc import DBAPIError
+
     from lakeshore.api.app import create_app
+    from lakeshore.config import Settings
+    from lakeshore.errors import LakeshoreError
+    from lakeshore.services.auth import load_or_create_admin_token
+    from lakeshore.store.engine import parse_url, prepare
 
     overrides: dict[str, object] = {}
     if db:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -29,28 +29,24 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from lakeshore.domain import jsonsafe
+from lakeshore.domain.kinds import (
+    ELASTICITY_KINDS,
+    QueueKind,
+    normalize_elasticity_kind,
+)
 from lakeshore.domain.names import Name
 from lakeshore.domain.states import QueueState
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import InvalidInput
 
-QueueKind = Literal["fifo", "priority", "boltzmann", "filo"]
-ElasticityKind = Literal["fixed", "fully_elastic", "pool_with_threshold", "max_count"]
 OnFull = Literal["reject", "block"]
 
-QUEUE_KINDS: Final = get_args(QueueKind)
-ELASTICITY_KINDS: Final = get_args(ElasticityKind)
 DEFAULT_THRESHOLD: Final = 0.8
 DEFAULT_THRESHOLD_LOW: Final = 0.3
 READ_ONLY_FIELDS: Final = ("id", "namespaceId", "state", "createdAt", "updatedAt")
 
 _IMPORT_PATH_RE = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
-
-
-def normalize_elasticity_kind(value: str) -> str:
-    """The stored (underscored) spelling of a kind typed on the command line."""
-    return value.strip().lower().replace("-", "_")
 
 
 def _check_elasticity_kind(value: str) -> str:

@@ -7,7 +7,8 @@ from typing import Any, Final
 from pydantic import ValidationError
 from sqlalchemy import RowMapping
 
-from lakeshore.domain.queue import ELASTICITY_KINDS, Elasticity, Queue, QueueSpec
+from lakeshore.domain.kinds import ELASTICITY_KINDS
+from lakeshore.domain.queue import Elasticity, Queue, QueueSpec
 
 # camelCase field name in the record → column name in ``queues``
 COLUMN_OF: Final = {(info.alias or name): name for name, info in QueueSpec.model_fields.items()}
