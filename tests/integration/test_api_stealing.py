@@ -148,6 +148,8 @@ async def test_the_steal_delay_is_the_largest_over_own_queues(
     await queue(api, "b", pool="p", steal_delay_s=0)  # a sibling's own delay is not ours
     wanted = await submit(api, "b")
     worker = await hello(api, ["a", "slow"])  # idle since its hello
+    paused = await api.post(f"{NS}/queues/slow/pause")  # paused, it is still the worker's
+    assert paused.status_code == 200, paused.text
     assert await claim(api, worker) == []
     clock.advance(9.9)
     assert await claim(api, worker) == []

@@ -224,6 +224,10 @@ async def test_an_empty_claim_says_when_pending_work_may_be_claimed(
     clock.advance(1)
     [again] = await claim(api, worker)
     assert again["id"] == got["id"]
+    await submit(api, "q")
+    assert (await api.post(f"{NS}/queues/q/pause")).status_code == 200
+    paused = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
+    assert paused.json() == {"invocations": [], "next_in_s": None}  # nothing it may take
 
 
 async def test_a_failure_without_retry_is_final(api: httpx.AsyncClient) -> None:

@@ -44,7 +44,12 @@ def run(
         typer.Option("--runner", metavar="RUNNER", help="How to run invocations: process."),
     ] = None,
     burst: Annotated[
-        bool, typer.Option("--burst", help="Exit once the queues are empty (batch jobs, tests).")
+        bool,
+        typer.Option(
+            "--burst",
+            help="Exit once nothing it runs is left and its queues hold no pending work "
+            "(retries waiting out a backoff are waited for); for batch jobs and tests.",
+        ),
     ] = False,
     worker_id: Annotated[
         str | None, typer.Option("--id", help="Worker id (default: generated).")

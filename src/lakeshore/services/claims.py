@@ -164,14 +164,15 @@ async def claim_once(
         if free <= 0:
             return Attempt()
         queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
-        own = [q for q in queues if q["own"]]
+        subscribed = [q for q in queues if q["own"]]
+        own = [q for q in subscribed if q["state"] != "paused"]
         claimed = await _lease(conn, own, worker.id, free, now, lease_s)
         if claimed or running:
             return Attempt(claimed)  # only an idle worker steals
         siblings = [q for q in queues if not q["own"] and reach.admits(q)]
         if not siblings:
             return Attempt()
-        wait_s = await _steal_wait_s(conn, worker.id, steal_delay_s(own), now)
+        wait_s = await _steal_wait_s(conn, worker.id, steal_delay_s(subscribed), now)
         if wait_s > 0:
             return Attempt(steal_in_s=wait_s)
         return Attempt(await _lease(conn, siblings, worker.id, free, now, lease_s))

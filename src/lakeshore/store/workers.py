@@ -30,6 +30,7 @@ from lakeshore.store.tables import (
 
 W = workers.c
 _DISPATCHING = ("active", "draining")
+_SUBSCRIBED = (*_DISPATCHING, "paused")  # own queues: paused ones count for the steal delay
 
 
 async def is_retired(conn: AsyncConnection, worker_id: str) -> bool:
@@ -94,7 +95,9 @@ async def subscribed_queues(conn: AsyncConnection, worker_id: str) -> list[RowMa
 async def claimable_queues(
     conn: AsyncConnection, worker_id: str, namespace_id: str
 ) -> list[RowMapping]:
-    """The worker's own dispatching queues and their pool siblings, in one query.
+    """The worker's own queues (paused ones too, for their ``steal_delay_s``: claims
+    take only from dispatching ones) and the pool siblings of its dispatching queues, in
+    one query.
 
     A sibling is a dispatching (active or draining) queue of the worker's namespace that
     the worker does not subscribe to and whose ``pool`` is the pool of one of the
@@ -111,7 +114,7 @@ async def claimable_queues(
     own = (
         select(*columns, true().label("own"))
         .select_from(worker_queues.join(queues, q.id == worker_queues.c.queue_id))
-        .where(worker_queues.c.worker_id == worker_id, q.state.in_(_DISPATCHING))
+        .where(worker_queues.c.worker_id == worker_id, q.state.in_(_SUBSCRIBED))
     )
     mine = queues.alias("mine")  # the worker's own queues again, for their pools
     own_pools = (
