@@ -23,4 +23,4 @@ def test_the_cli_starts_without_the_server_stack() -> None:
 
 
 def test_the_cli_names_every_provider_kind_the_server_knows() -> None:
-    assert KIND_NAMES == tuple(sorted(KINDS))
+    assert tuple(sorted(KINDS)) == KIND_NAMES
