@@ -69,6 +69,18 @@ async def test_a_batch_keeps_its_order_and_reports_what_was_new(api: httpx.Async
     assert body["invocations"][5]["id"] == old["id"]
 
 
+async def test_a_key_twice_in_one_batch_is_one_invocation_created_once(
+    api: httpx.AsyncClient,
+) -> None:
+    items = [{"fn": "m:f", "key": "twin", "args": [n]} for n in (1, 2)]
+    response = await api.post(f"{inv('work')}/batch", json={"invocations": items})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    first, second = body["invocations"]
+    assert first["id"] == second["id"] and first["args"] == [1]
+    assert body["created"] == [True, False]
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

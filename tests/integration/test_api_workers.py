@@ -207,6 +207,30 @@ async def test_a_retried_failure_waits_its_backoff_then_runs_again(
     assert (final.json()["state"], final.json()["attempts"]) == ("failed", 2)
 
 
+@pytest.mark.parametrize("batched", [False, True])
+async def test_a_success_after_a_failed_attempt_carries_no_error(
+    api: httpx.AsyncClient, clock: FakeClock, batched: bool
+) -> None:
+    await submit(api, "q", max_attempts=2)
+    worker = await hello(api, ["q"])
+    [got] = await claim(api, worker)
+    error = {"type": "ValueError", "message": "flaky"}
+    await api.post(f"{W}/{worker}/invocations/{got['id']}/fail", json={"error": error})
+    clock.advance(worker_service.LEASE_S)
+    [again] = await claim(api, worker)
+    if batched:
+        body = {"results": [{"id": again["id"], "result": 7}], "claim": 0}
+        answer = await api.post(f"{W}/{worker}/results", json=body)
+        assert answer.status_code == 200, answer.text
+    else:
+        answer = await api.post(
+            f"{W}/{worker}/invocations/{again['id']}/complete", json={"result": 7}
+        )
+        assert answer.status_code == 200, answer.text
+    done = (await api.get(f"{NS}/invocations/{again['id']}")).json()
+    assert (done["state"], done["result"], done["error"]) == ("succeeded", 7, None)
+
+
 async def test_an_empty_claim_says_when_pending_work_may_be_claimed(
     api: httpx.AsyncClient, clock: FakeClock
 ) -> None:

@@ -208,8 +208,20 @@ async def submit_many(
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
     notifier.notify([queue.id])
+    return _answers(rows, stored)
+
+
+def _answers(
+    rows: Sequence[dict[str, Any]], stored: Sequence[Any]
+) -> list[tuple[dict[str, Any], bool]]:
+    """Each submit's invocation and whether it was created by it: a key twice in one
+    batch is created once, and the second gets the same invocation."""
     new_ids = {row["id"] for row in rows}
-    return [(to_json(row), row["id"] in new_ids) for row in stored]
+    answers, seen = [], set()
+    for row in stored:
+        answers.append((to_json(row), row["id"] in new_ids and row["id"] not in seen))
+        seen.add(row["id"])
+    return answers
 
 
 async def get(store: Store, ns: Namespace, invocation_id: str) -> dict[str, Any]:

@@ -252,7 +252,9 @@ async def complete(
     done = await conn.execute(
         update(invocations)
         .where(_held(invocation_id, worker_id))
-        .values(state="succeeded", result=result, finished_at=now, lease_expires_at=None)
+        .values(
+            state="succeeded", result=result, error=None, finished_at=now, lease_expires_at=None
+        )
         .returning(*invocations.c)
     )
     return done.mappings().first()
@@ -330,7 +332,7 @@ async def report(
     error = bindparam("b_error", type_=C.error.type)
     if done:
         result = bindparam("b_result", type_=C.result.type)
-        values = {"state": "succeeded", "result": result, "finished_at": now}
+        values = {"state": "succeeded", "result": result, "error": None, "finished_at": now}
         await conn.execute(mine.values({**values, "lease_expires_at": None}), done)
     if again:
         at = bindparam("b_at", type_=C.available_at.type)
