@@ -27,6 +27,7 @@ class Flaky(httpx.AsyncBaseTransport):
         self.inner = inner
         self.faults = dict(faults)
         self.seen: Counter[str] = Counter()
+        self.lost: Counter[str] = Counter()  # served, then the answer lost (status -1)
         self.bodies: list[tuple[str, bytes]] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -38,6 +39,7 @@ class Flaky(httpx.AsyncBaseTransport):
                     raise httpx.ConnectError("connection refused", request=request)
                 if status == -1:  # the server acts on it, and dies as it answers
                     await self.inner.handle_async_request(request)
+                    self.lost[suffix] += 1
                     raise httpx.RemoteProtocolError("server disconnected", request=request)
                 if status == 200:  # something between answers for the server: garbage
                     return httpx.Response(200, text="<html>proxy says hi</html>")

@@ -111,7 +111,8 @@ async def test_invocations_whose_claim_answer_was_lost_run_after_a_lease(
     daemon.config.claim_timeout_s = 1
     running = asyncio.create_task(daemon.run())
     try:
-        await eventually(lambda: flaky.seen["/claim"] == 1, "the lost answer")
+        # served (its leases taken at the clock's time), then its answer lost
+        await eventually(lambda: flaky.lost["/claim"] == 1, "the lost answer")
         clock.advance(1)  # past a lease (0.3 s) since that claim
         await eventually(lambda: daemon.completed == 3, "all three to run")
     finally:
