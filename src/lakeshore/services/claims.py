@@ -36,6 +36,7 @@ from lakeshore.errors import Gone, NotFound
 from lakeshore.services.invocations import to_json
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
+from lakeshore.store import leases as lease_store
 from lakeshore.store import workers as worker_store
 from lakeshore.store.engine import Store
 
@@ -159,7 +160,7 @@ async def claim_once(
             # the controller is stopping it: nothing more, and a quick re-check so the
             # waiting claim answers 410 as soon as the retirement is done
             return Attempt(retiring=True)
-        running = await inv_store.running_count(conn, worker.id)
+        running = await lease_store.running_count(conn, worker.id)
         free = min(limit, worker.max_invocations - running)
         if free <= 0:
             return Attempt()

@@ -22,6 +22,7 @@ from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
+from lakeshore.store import leases as lease_store
 from lakeshore.store import streams as stream_store
 from lakeshore.store import wakeups
 from lakeshore.store.engine import Store
@@ -55,7 +56,7 @@ async def append(
             f"at most {MAX_ITEMS_PER_APPEND} items per append, not {len(items)}", field="items"
         )
     async with store.write() as conn:
-        if not await inv_store.holds(conn, invocation_id, worker_id):
+        if not await lease_store.holds(conn, invocation_id, worker_id):
             raise Conflict(
                 f'this worker does not hold invocation "{invocation_id}" (lease lost, '
                 "cancelled or finished); nothing was stored",

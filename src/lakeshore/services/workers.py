@@ -25,6 +25,7 @@ from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import launches as launch_store
+from lakeshore.store import leases as lease_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store import wakeups
 from lakeshore.store import workers as worker_store
@@ -227,11 +228,11 @@ async def heartbeat(
         await worker_store.touch(conn, worker.id, now)
         released: list[str] = []
         if running is not None:
-            released = await inv_store.hand_back(
+            released = await lease_store.hand_back(
                 conn, worker.id, now, running=running, claimed_before=claimed_since
             )
             await wakeups.publish(conn, released)
-        held = await inv_store.extend_leases(
+        held = await lease_store.extend_leases(
             conn, worker.id, now, lease_s, running=running, claimed_since=claimed_since
         )
     notifier.notify(released)
@@ -253,7 +254,7 @@ async def complete(
 ) -> dict[str, Any]:
     async with store.write() as conn:
         worker = await _worker_in(conn, caller, worker_id)
-        row = await inv_store.complete(conn, invocation_id, worker.id, result, now)
+        row = await lease_store.complete(conn, invocation_id, worker.id, result, now)
         if row is None:
             raise _not_held(invocation_id)
         await wakeups.publish(conn, [stream_key(invocation_id)])
@@ -274,7 +275,7 @@ async def fail(
 ) -> dict[str, Any]:
     async with store.write() as conn:
         worker = await _worker_in(conn, caller, worker_id)
-        row = await inv_store.fail(conn, invocation_id, worker.id, error, retry=retry, now=now)
+        row = await lease_store.fail(conn, invocation_id, worker.id, error, retry=retry, now=now)
         if row is not None:
             await wakeups.publish(conn, [stream_key(invocation_id)])
     if row is None:
@@ -290,7 +291,7 @@ async def bye(
     is handed back to its queue at once, without spending an attempt."""
     worker = await _worker(store, caller, worker_id)
     async with store.write() as conn:
-        queue_ids = await inv_store.hand_back(conn, worker.id, now)
+        queue_ids = await lease_store.hand_back(conn, worker.id, now)
         await worker_store.remove(conn, worker.id)
         await wakeups.publish(conn, queue_ids)
     notifier.notify(queue_ids)
@@ -315,7 +316,7 @@ async def report(
     retired meanwhile gets its outcomes recorded and nothing more (``retired``)."""
     async with store.write() as conn:
         worker = await _worker_in(conn, caller, worker_id)
-        states = await inv_store.report(conn, worker.id, reports, now)
+        states = await lease_store.report(conn, worker.id, reports, now)
         await wakeups.publish(conn, [stream_key(i) for i in states])
     notifier.notify([stream_key(i) for i in states])
     answers: list[dict[str, Any]] = []
@@ -352,7 +353,7 @@ async def reap(store: Store, now: datetime) -> dict[str, int]:
     Retried work waits out its backoff, so waiting claims find it on their next re-check.
     """
     async with store.write() as conn:
-        counts = await inv_store.reap_expired(conn, now)
+        counts = await lease_store.reap_expired(conn, now)
         expired = await inv_store.expire_all_overdue(conn, now)
         await wakeups.publish(conn, [stream_key(i) for i in expired])
         gone = await worker_store.drop_silent(conn, now - timedelta(seconds=WORKER_TTL_S))

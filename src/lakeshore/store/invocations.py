@@ -1,4 +1,6 @@
-"""Invocation rows: batch submit with idempotency keys, batch claims, leases, the reaper.
+"""Invocation rows: batch submit with idempotency keys, reads, batch claims, expiry of
+overdue work. What a worker then holds (leases, outcomes, the reaper) is in
+``lakeshore.store.leases``.
 
 Claims are one ``SELECT … LIMIT n`` and one ``UPDATE … RETURNING`` per queue, whatever
 ``n`` is. On PostgreSQL the select takes ``FOR UPDATE SKIP LOCKED``, so servers sharing a
@@ -9,7 +11,7 @@ database never hand one invocation to two workers; on SQLite the write transacti
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +19,6 @@ from sqlalchemy import (
     ColumnElement,
     RowMapping,
     and_,
-    bindparam,
     case,
     func,
     literal,
@@ -30,7 +31,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain import disciplines
-from lakeshore.domain.invocations import Report, after_failure, retry_backoff_s
 from lakeshore.store.tables import invocations, queues
 
 C = invocations.c
@@ -230,217 +230,3 @@ async def next_available_at(conn: AsyncConnection, queue_ids: Sequence[str]) -> 
     )
     value: datetime | None = (await conn.execute(query)).scalar_one()
     return value
-
-
-def _held(invocation_id: str, worker_id: str) -> ColumnElement[bool]:
-    return and_(C.id == invocation_id, C.state == "running", C.worker_id == worker_id)
-
-
-async def holds(conn: AsyncConnection, invocation_id: str, worker_id: str) -> bool:
-    """Whether the worker holds the invocation's lease right now."""
-    query = select(C.id).where(_held(invocation_id, worker_id))
-    if _is_pg(conn):
-        query = query.with_for_update()
-    return (await conn.execute(query)).first() is not None
-
-
-async def complete(
-    conn: AsyncConnection, invocation_id: str, worker_id: str, result: Any, now: datetime
-) -> RowMapping | None:
-    """Succeed an invocation the worker still holds: the row as it is now, or None
-    (nothing changed) when the worker does not hold it."""
-    done = await conn.execute(
-        update(invocations)
-        .where(_held(invocation_id, worker_id))
-        .values(
-            state="succeeded", result=result, error=None, finished_at=now, lease_expires_at=None
-        )
-        .returning(*invocations.c)
-    )
-    return done.mappings().first()
-
-
-async def fail(
-    conn: AsyncConnection,
-    invocation_id: str,
-    worker_id: str,
-    error: dict[str, Any],
-    *,
-    retry: bool,
-    now: datetime,
-) -> RowMapping | None:
-    """Record a failed attempt of an invocation the worker holds: back to pending after a
-    backoff, or failed for good. None (nothing changed) if the worker no longer holds it."""
-    query = select(C.attempts, C.max_attempts).where(_held(invocation_id, worker_id))
-    if _is_pg(conn):
-        query = query.with_for_update()
-    row = (await conn.execute(query)).first()
-    if row is None:
-        return None
-    attempts, max_attempts = row
-    state = after_failure(attempts, max_attempts, retry=retry)
-    values: dict[str, Any] = {"state": state, "error": error, "lease_expires_at": None}
-    if state == "pending":
-        values.update(
-            worker_id=None, available_at=now + timedelta(seconds=retry_backoff_s(attempts))
-        )
-    else:
-        values["finished_at"] = now
-    stmt = update(invocations).where(_held(invocation_id, worker_id)).values(values)
-    return (await conn.execute(stmt.returning(*invocations.c))).mappings().one()
-
-
-async def report(
-    conn: AsyncConnection, worker_id: str, reports: Sequence[Report], now: datetime
-) -> dict[str, str]:
-    """Record many outcomes at once, each only if the worker still holds that invocation.
-    Returns each recorded invocation's new state (``succeeded``, ``pending`` to run again
-    after its backoff, or ``failed``); the ids missing from it were not held. A select and
-    at most three batched updates, whatever the number of reports."""
-    if not reports:
-        return {}
-    query = select(C.id, C.attempts, C.max_attempts).where(
-        C.id.in_([r.invocation_id for r in reports]),
-        C.worker_id == worker_id,
-        C.state == "running",
-    )
-    if _is_pg(conn):
-        query = query.with_for_update()
-    held = {row[0]: (row[1], row[2]) for row in (await conn.execute(query)).all()}
-    states: dict[str, str] = {}
-    done: list[dict[str, Any]] = []
-    again: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    for r in reports:
-        if r.invocation_id not in held or r.invocation_id in states:
-            continue
-        if r.error is None:
-            states[r.invocation_id] = "succeeded"
-            done.append({"b_id": r.invocation_id, "b_result": r.result})
-            continue
-        attempts, max_attempts = held[r.invocation_id]
-        state = after_failure(attempts, max_attempts, retry=r.retry)
-        states[r.invocation_id] = state
-        if state == "pending":
-            delay = timedelta(seconds=retry_backoff_s(attempts))
-            again.append({"b_id": r.invocation_id, "b_error": r.error, "b_at": now + delay})
-        else:
-            failed.append({"b_id": r.invocation_id, "b_error": r.error})
-    mine = update(invocations).where(
-        C.id == bindparam("b_id"), C.worker_id == worker_id, C.state == "running"
-    )
-    error = bindparam("b_error", type_=C.error.type)
-    if done:
-        result = bindparam("b_result", type_=C.result.type)
-        values = {"state": "succeeded", "result": result, "error": None, "finished_at": now}
-        await conn.execute(mine.values({**values, "lease_expires_at": None}), done)
-    if again:
-        at = bindparam("b_at", type_=C.available_at.type)
-        values = {"state": "pending", "error": error, "available_at": at, "worker_id": None}
-        await conn.execute(mine.values({**values, "lease_expires_at": None}), again)
-    if failed:
-        values = {"state": "failed", "error": error, "finished_at": now}
-        await conn.execute(mine.values({**values, "lease_expires_at": None}), failed)
-    return states
-
-
-async def extend_leases(
-    conn: AsyncConnection,
-    worker_id: str,
-    now: datetime,
-    lease_s: float,
-    *,
-    running: Collection[str] | None = None,
-    claimed_since: datetime | None = None,
-) -> list[str]:
-    """Extend the leases the worker holds; returns the ids extended.
-
-    With ``running`` (what the daemon says it runs), only those, and the ones claimed at
-    or after ``claimed_since`` (their claim's answer may still be on its way), are
-    extended; see :func:`hand_back` for the rest."""
-    held: list[ColumnElement[bool]] = [C.worker_id == worker_id, C.state == "running"]
-    if running is not None:
-        listed = C.id.in_(list(running))
-        recent = C.started_at >= claimed_since if claimed_since else None
-        held.append(listed if recent is None else or_(listed, recent))
-    done = await conn.execute(
-        update(invocations)
-        .where(*held)
-        .values(lease_expires_at=now + timedelta(seconds=lease_s))
-        .returning(C.id)
-    )
-    return sorted(done.scalars())
-
-
-async def reap_expired(
-    conn: AsyncConnection, now: datetime, *, limit: int = 1000
-) -> dict[str, int]:
-    """Return expired leases to pending (after a backoff) or fail them when attempts are spent."""
-    query = (
-        select(C.id, C.attempts, C.max_attempts)
-        .where(C.state == "running", C.lease_expires_at < now)
-        .limit(limit)
-    )
-    if _is_pg(conn):
-        query = query.with_for_update(skip_locked=True)
-    rows = (await conn.execute(query)).all()
-    # one UPDATE per outcome: failed, or back to pending after the backoff of its attempt
-    groups: dict[int | None, list[str]] = {}
-    for invocation_id, attempts, max_attempts in rows:
-        retried = after_failure(attempts, max_attempts, retry=True) == "pending"
-        groups.setdefault(attempts if retried else None, []).append(invocation_id)
-    counts = {"retried": 0, "failed": 0}
-    error = {"type": "LeaseExpired", "message": "the worker stopped renewing its lease"}
-    for attempts, ids in groups.items():
-        values: dict[str, Any] = {"lease_expires_at": None, "error": error}
-        if attempts is None:
-            values.update(state="failed", finished_at=now)
-            counts["failed"] += len(ids)
-        else:
-            delay = timedelta(seconds=retry_backoff_s(attempts))
-            values.update(state="pending", worker_id=None, available_at=now + delay)
-            counts["retried"] += len(ids)
-        stmt = update(invocations).where(C.id.in_(ids), C.state == "running")
-        await conn.execute(stmt.values(values))
-    return counts
-
-
-async def hand_back(
-    conn: AsyncConnection,
-    worker_id: str,
-    now: datetime,
-    *,
-    running: Collection[str] = (),
-    claimed_before: datetime | None = None,
-) -> list[str]:
-    """Return the worker's running invocations to pending, claimable now, their attempt
-    not counted (the worker stopped, or never ran them; the function did not fail). One
-    queue id per invocation handed back.
-
-    A worker still alive keeps what it says it is ``running`` and what it claimed at or
-    after ``claimed_before``; the rest it holds without running: a claim whose answer
-    never reached it (the server died as it answered, the connection dropped) or a result
-    it could not deliver."""
-    held: list[ColumnElement[bool]] = [C.worker_id == worker_id, C.state == "running"]
-    if running:
-        held.append(C.id.not_in(list(running)))
-    if claimed_before is not None:
-        held.append(C.started_at < claimed_before)
-    done = await conn.execute(
-        update(invocations)
-        .where(*held)
-        .values(
-            state="pending",
-            worker_id=None,
-            lease_expires_at=None,
-            available_at=now,
-            attempts=C.attempts - 1,
-        )
-        .returning(C.queue_id)
-    )
-    return [str(queue_id) for queue_id in done.scalars()]
-
-
-async def running_count(conn: AsyncConnection, worker_id: str) -> int:
-    query = select(func.count()).where(C.worker_id == worker_id, C.state == "running")
-    return int((await conn.execute(query)).scalar_one())
