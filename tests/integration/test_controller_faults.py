@@ -11,8 +11,6 @@ import pytest
 from sqlalchemy import update
 
 from lakeshore.config import Settings
-from lakeshore.providers import LaunchRequest
-from lakeshore.providers.fake import FakeProvider
 from lakeshore.services import workers as worker_service
 from lakeshore.services.controller import Controller
 from lakeshore.store.engine import Store
@@ -27,20 +25,6 @@ def settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"elasticity_call_timeout_s": 0.2})
 
 
-def capture_tokens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The worker tokens the fake provider is handed, in launch order."""
-    seen: list[str] = []
-    original = FakeProvider.launch
-
-    async def capture(self: FakeProvider, request: LaunchRequest) -> dict[str, Any]:
-        assert request.token is not None
-        seen.append(request.token)
-        return await original(self, request)
-
-    monkeypatch.setattr(FakeProvider, "launch", capture)
-    return seen
-
-
 async def events(api: httpx.AsyncClient, queue_name: str) -> list[dict[str, Any]]:
     response = await api.get(f"{NS}/queues/{queue_name}/events", params={"verbose": "true"})
     assert response.status_code == 200, response.text
@@ -48,9 +32,9 @@ async def events(api: httpx.AsyncClient, queue_name: str) -> list[dict[str, Any]
 
 
 async def test_a_hung_launch_fails_frees_its_slot_and_revokes_its_token(
-    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    api: httpx.AsyncClient, launch_tokens: list[str]
 ) -> None:
-    tokens = capture_tokens(monkeypatch)
+    tokens = launch_tokens
     await provider(api, hang_s=30)
     await queue(api, "hung", elastic(max=1), providerRef="fk")
     await submit_many(api, "hung", 1)
@@ -141,11 +125,11 @@ async def test_a_stored_kind_this_server_does_not_know_is_a_noop_not_a_broken_ti
 
 
 async def test_a_lost_launched_daemon_is_stopped_and_its_token_revoked(
-    api: httpx.AsyncClient, store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    api: httpx.AsyncClient, store: Store, clock: FakeClock, launch_tokens: list[str]
 ) -> None:
     """A launched daemon silent past the worker TTL is dropped; the next tick asks its
     provider to stop its instance, and the token its instance holds opens nothing."""
-    tokens = capture_tokens(monkeypatch)
+    tokens = launch_tokens
     await provider(api)
     await queue(api, "lost", elastic(max=1), providerRef="fk")
     await submit_many(api, "lost", 1)

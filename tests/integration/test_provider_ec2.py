@@ -28,8 +28,8 @@ from lakeshore.api.app import create_app
 from lakeshore.config import Settings
 from lakeshore.domain.fleet import LaunchBody
 from lakeshore.providers import LaunchError, LaunchRequest, base, build, ec2
-from lakeshore.services import fleet_ops
 from tests.conftest import ADMIN, FakeClock
+from tests.integration.launches import assert_failed_and_released
 from tests.integration.test_api_workers import hello
 
 NS = "/v1/namespaces/default"
@@ -322,36 +322,6 @@ async def launches(api: httpx.AsyncClient, name: str = "aws") -> list[dict[str, 
     return list(response.json()["launches"])
 
 
-@pytest.fixture
-def launch_tokens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The worker token each launch the controller makes is handed, in order."""
-    seen: list[str] = []
-
-    def recorded(*args: Any, **kwargs: Any) -> LaunchRequest:
-        made = LaunchRequest(*args, **kwargs)
-        assert made.token is not None
-        seen.append(made.token)
-        return made
-
-    monkeypatch.setattr(fleet_ops, "LaunchRequest", recorded)
-    return seen
-
-
-async def assert_failed_and_released(
-    api: httpx.AsyncClient, queue: str, tokens: list[str]
-) -> dict[str, Any]:
-    """The queue's one launch failed, its slot is free again and its token opens nothing."""
-    [launch] = await launches(api)
-    assert launch["state"] == "failed", launch
-    assert launch["handle"] is None, launch
-    stats = (await api.get(f"{NS}/queues/{queue}/stats")).json()
-    assert stats["inFlight"] == 0, stats
-    [token] = tokens
-    refused = await api.get(f"{NS}/queues", headers={"Authorization": f"Bearer {token}"})
-    assert refused.status_code == 401, refused.text
-    return launch
-
-
 async def test_the_controller_scales_up_and_down_through_ec2(
     api: httpx.AsyncClient, moto_url: str, aws: Any
 ) -> None:
@@ -396,7 +366,7 @@ async def test_an_unreachable_endpoint_fails_the_launch_and_frees_the_slot(
     decision = await tick(api, "jobs")
     assert decision["action"] == "tick_noop"
     assert f"launch failed: cannot reach {closed}: Could not connect" in decision["reason"]
-    launch = await assert_failed_and_released(api, "jobs", launch_tokens)
+    launch = await assert_failed_and_released(api, "aws", "jobs", launch_tokens)
     assert launch["error"].startswith(f"launch failed: cannot reach {closed}")
     assert (await tick(api, "jobs"))["before"]["in_flight"] == 0
 
@@ -416,7 +386,7 @@ async def test_missing_credentials_are_a_clear_launch_failure(
     decision = await tick(api, "jobs")
     assert decision["action"] == "tick_noop"
     assert "launch failed: no AWS credentials found (set AWS_ACCESS_KEY_ID" in decision["reason"]
-    await assert_failed_and_released(api, "jobs", launch_tokens)
+    await assert_failed_and_released(api, "aws", "jobs", launch_tokens)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     assert instances(aws) == []
@@ -438,7 +408,7 @@ async def test_a_garbage_answer_fails_the_launch(
     assert decision["reason"].endswith(
         "launch failed: EC2 answered RunInstances without any instance"
     )
-    launch = await assert_failed_and_released(api, "jobs", launch_tokens)
+    launch = await assert_failed_and_released(api, "aws", "jobs", launch_tokens)
     assert launch["error"] == "launch failed: EC2 answered RunInstances without any instance"
 
 
@@ -491,7 +461,7 @@ async def test_a_hung_ec2_api_fails_the_launch_and_its_late_instance_is_terminat
     assert decision["reason"].endswith(
         'launch failed: provider "aws" did not answer within 0.5 s'
     ), decision["reason"]
-    launch = await assert_failed_and_released(api, "jobs", launch_tokens)
+    launch = await assert_failed_and_released(api, "aws", "jobs", launch_tokens)
     for _ in range(200):
         found = instances(aws, **{"lakeshore-launch-id": launch["id"]})
         if found and all(i["State"]["Name"] in GONE for i in found):

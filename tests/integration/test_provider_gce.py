@@ -30,10 +30,10 @@ from lakeshore.providers.gce import (
     instance_spec,
     label_key,
 )
-from lakeshore.services import fleet_ops
 from tests.conftest import ADMIN, FakeClock
 from tests.integration import gce_fake
 from tests.integration.gce_fake import GceFake
+from tests.integration.launches import assert_failed_and_released
 from tests.integration.test_api_auth import namespace_token
 
 NS = "/v1/namespaces/default"
@@ -324,36 +324,6 @@ async def launches(api: httpx.AsyncClient) -> list[dict[str, Any]]:
     return list(response.json()["launches"])
 
 
-@pytest.fixture
-def launch_tokens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The worker token each launch the controller makes is handed, in order."""
-    seen: list[str] = []
-
-    def recorded(*args: Any, **kwargs: Any) -> LaunchRequest:
-        made = LaunchRequest(*args, **kwargs)
-        assert made.token is not None
-        seen.append(made.token)
-        return made
-
-    monkeypatch.setattr(fleet_ops, "LaunchRequest", recorded)
-    return seen
-
-
-async def assert_failed_and_released(
-    api: httpx.AsyncClient, queue: str, tokens: list[str]
-) -> dict[str, Any]:
-    """The queue's one launch failed, its slot is free again and its token opens nothing."""
-    [launch] = await launches(api)
-    assert launch["state"] == "failed", launch
-    assert launch["handle"] is None, launch
-    stats = (await api.get(f"{NS}/queues/{queue}/stats")).json()
-    assert stats["inFlight"] == 0, stats
-    [token] = tokens
-    refused = await api.get(f"{NS}/queues", headers={"Authorization": f"Bearer {token}"})
-    assert refused.status_code == 401, refused.text
-    return launch
-
-
 def launch_token(script: str) -> str:
     """The worker token the startup script hands the daemon."""
     for line in script.splitlines():
@@ -428,7 +398,7 @@ async def test_a_failing_gce_api_is_a_noop_and_a_failed_launch(
         "unreachable": "cannot reach the Compute Engine API",
     }[fault]
     assert expected in decision["reason"]
-    launch = await assert_failed_and_released(api, "flaky", launch_tokens)
+    launch = await assert_failed_and_released(api, "gcp", "flaky", launch_tokens)
     assert decision["reason"].endswith(launch["error"])
     assert (await tick(api))["flaky"]["before"]["in_flight"] == 0  # the slot is free again
     assert gce.names() == []
@@ -451,7 +421,7 @@ async def test_missing_credentials_fail_the_launch_clearly(
     assert decision["reason"].endswith(
         f"launch failed: no Google Cloud credentials found (File {missing} was not found.)"
     )
-    await assert_failed_and_released(api, "nocreds", launch_tokens)
+    await assert_failed_and_released(api, "gcp", "nocreds", launch_tokens)
     assert (await tick(api))["nocreds"]["action"] == "tick_noop"  # and the server goes on
 
 
@@ -568,7 +538,7 @@ async def test_a_hung_gce_api_fails_the_launch_and_its_late_instance_is_deleted(
     assert decision["reason"].endswith(
         'launch failed: provider "gcp" did not answer within 0.5 s'
     ), decision["reason"]
-    await assert_failed_and_released(api, "hung", launch_tokens)
+    await assert_failed_and_released(api, "gcp", "hung", launch_tokens)
     for _ in range(200):
         if any(r.method == "DELETE" for r in gce.requests) and gce.names() == []:
             break

@@ -30,8 +30,8 @@ from lakeshore.domain.fleet import LaunchBody
 from lakeshore.providers import LaunchError, LaunchRequest
 from lakeshore.providers.kube import KubeConfig, KubeProvider
 from lakeshore.providers.kube_manifests import LABEL_VALUE_RE, object_name
-from lakeshore.services import fleet_ops
 from tests.conftest import FakeClock
+from tests.integration.launches import assert_failed_and_released
 from tests.integration.test_api_workers import hello
 from tests.integration.test_controller import NS, elastic, queue, submit_many, tick
 
@@ -309,36 +309,6 @@ async def launches(api: httpx.AsyncClient, name: str = "k8s") -> list[dict[str, 
     return list(response.json()["launches"])
 
 
-@pytest.fixture
-def launch_tokens(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The worker token each launch the controller makes is handed, in order."""
-    seen: list[str] = []
-
-    def recorded(*args: Any, **kwargs: Any) -> LaunchRequest:
-        made = LaunchRequest(*args, **kwargs)
-        assert made.token is not None
-        seen.append(made.token)
-        return made
-
-    monkeypatch.setattr(fleet_ops, "LaunchRequest", recorded)
-    return seen
-
-
-async def assert_failed_and_released(
-    api: httpx.AsyncClient, queue: str, tokens: list[str]
-) -> dict[str, Any]:
-    """The queue's one launch failed, its slot is free again and its token opens nothing."""
-    [launch] = await launches(api)
-    assert launch["state"] == "failed", launch
-    assert launch["handle"] is None, launch
-    stats = (await api.get(f"{NS}/queues/{queue}/stats")).json()
-    assert stats["inFlight"] == 0, stats
-    [token] = tokens
-    refused = await api.get(f"{NS}/queues", headers={"Authorization": f"Bearer {token}"})
-    assert refused.status_code == 401, refused.text
-    return launch
-
-
 async def test_the_controller_scales_up_and_down_through_kube(
     api: httpx.AsyncClient, clock: FakeClock, cluster: Cluster
 ) -> None:
@@ -385,7 +355,7 @@ async def test_an_unreachable_api_is_a_noop_and_a_failed_launch(
     assert decision["action"] == "tick_noop"
     assert "launch failed: creating secret" in decision["reason"]
     assert f"cannot reach the Kubernetes API at {url}: connection refused" in decision["reason"]
-    launch = await assert_failed_and_released(api, "far", launch_tokens)
+    launch = await assert_failed_and_released(api, "k8s", "far", launch_tokens)
     assert launch["error"].startswith("launch failed: ")
     again = (await tick(api))["far"]
     assert again["before"]["in_flight"] == 0  # the slot is free again
@@ -422,7 +392,7 @@ async def test_a_failing_api_is_a_noop_a_failed_launch_and_a_revoked_token(
         "slow": f"cannot reach the Kubernetes API at {cluster.url}: timed out",
     }[fault]
     assert expected in decision["reason"], decision["reason"]
-    launch = await assert_failed_and_released(api, "kf", launch_tokens)
+    launch = await assert_failed_and_released(api, "k8s", "kf", launch_tokens)
     assert decision["reason"].endswith(launch["error"])
     assert await cluster.secrets(launch["id"]) == []
     assert await cluster.pods(launch["id"]) == []
@@ -453,7 +423,7 @@ async def test_a_missing_or_broken_kubeconfig_is_a_clear_launch_failure(
     assert decision["action"] == "tick_noop"
     assert message in decision["reason"]
     assert str(path) in decision["reason"]
-    await assert_failed_and_released(api, "kc", launch_tokens)
+    await assert_failed_and_released(api, "k8s", "kc", launch_tokens)
     assert (await tick(api))["kc"]["action"] == "tick_noop"  # and the server carries on
 
 
