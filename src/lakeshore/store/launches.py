@@ -13,7 +13,19 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, and_, exists, func, insert, or_, select, tuple_, update
+from sqlalchemy import (
+    RowMapping,
+    and_,
+    case,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.store.tables import launches, providers, tokens, workers
@@ -49,11 +61,10 @@ async def started(conn: AsyncConnection, launch_id: str, handle: Any, expires_at
     or until ``expires_at`` (the provider's TTL, from now). A launch no longer in flight
     (expired while its call ran) keeps its state; its handle is still kept, so what the call
     made can be found and stopped."""
-    await conn.execute(update(launches).where(L.id == launch_id).values(handle=handle))
+    later = literal(expires_at, type_=L.expires_at.type)  # stored as the column stores it
+    still_in_flight = case((L.state == "in_flight", later), else_=L.expires_at)
     await conn.execute(
-        update(launches)
-        .where(L.id == launch_id, L.state == "in_flight")
-        .values(expires_at=expires_at)
+        update(launches).where(L.id == launch_id).values(handle=handle, expires_at=still_in_flight)
     )
 
 
