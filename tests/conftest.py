@@ -26,6 +26,7 @@ from lakeshore.api.app import create_app
 from lakeshore.config import Settings
 from lakeshore.store.engine import Store, create_engine_for, migrate, parse_url
 from lakeshore.store.tables import metadata
+from tests import hangs
 
 PG_URL = os.environ.get("LAKESHORE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 ADMIN_TOKEN = "lks-test-admin-token"
@@ -103,6 +104,22 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url: str = request.getfixturevalue("pg_database")
     _truncate(url)
     return url
+
+
+@pytest.fixture(autouse=True)
+def _dump_tasks_before_the_timeout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test about to hit its time limit prints what its tasks wait for (``hangs``)."""
+    marker = request.node.get_closest_marker("timeout")
+    limit = (
+        float(marker.args[0])
+        if marker and marker.args
+        else float(request.config.getini("timeout") or 0)
+    )
+    if limit <= 0:
+        yield
+        return
+    with hangs.arm(request.node.nodeid, max(limit - 3, limit * 0.9)):
+        yield
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -27,6 +28,18 @@ async def test_refused_claims_and_reports_are_retried(
     assert flaky.seen == {"/claim": 3, "/results": 2}
     assert await results(app_transport, "flaky") == [("succeeded", n * n) for n in range(4)]
     assert daemon.completed == 4
+
+
+async def test_a_daemon_driven_on_a_callers_loop_leaves_its_signals_alone(
+    app_transport: httpx.AsyncBaseTransport,
+) -> None:
+    """Only ``lakeshore daemon run`` takes SIGTERM/SIGINT: a daemon run on a test's loop
+    that took them would make the test's process deaf to ``timeout``."""
+    await submit(app_transport, "signals", 1)
+    assert await daemon_for(app_transport, "signals").run() == 0
+    loop = asyncio.get_running_loop()
+    assert not loop.remove_signal_handler(signal.SIGTERM)
+    assert not loop.remove_signal_handler(signal.SIGINT)
 
 
 async def test_hello_waits_for_a_server_that_is_still_starting(

@@ -84,7 +84,8 @@ async def _start_listener(url: URL, notifier: Notifier) -> asyncio.Task[None]:
         name="lakeshore-wakeups",
     )
     try:
-        await asyncio.wait_for(connected.wait(), timeout=LISTENER_START_S)
+        async with asyncio.timeout(LISTENER_START_S):
+            await connected.wait()
     except TimeoutError:
         log.warning("not yet listening for other replicas' wake-ups; retrying in the background")
     return task

@@ -65,12 +65,19 @@ class Daemon:
     reporting: set[str] = field(default_factory=set)  # outcomes on their way to the server
     polling: bool = False  # a claim is out (and may be waiting for work)
     executor: ThreadPoolExecutor = field(init=False)
+    closing: bool = False  # the background tasks are being stopped
 
-    async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.stop.set)
+    async def run(self, *, handle_signals: bool = False) -> int:
+        """Serve until stopped (``stop``, SIGTERM/SIGINT when ``handle_signals``, retired,
+        orphaned, or a burst's end); 0 once everything it held is finished and reported.
+
+        Signal handlers are the process's: only ``lakeshore daemon run`` installs them, not
+        a caller that drives a daemon on an event loop of its own (a test, an embedding)."""
+        if handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self.stop.set)
         # one thread per slot to wait on its child (the default pool has cores + 4)
         self.executor = ThreadPoolExecutor(self.config.capacity, thread_name_prefix="run")
         headers = {"Authorization": f"Bearer {self.config.token}"}
@@ -100,10 +107,9 @@ class Daemon:
                 if not self.retired and not self.orphaned:
                     await self._bye()
             finally:
+                self.closing = True
                 for task in (beat, reports):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                    await _cancelled(task)
                 self.executor.shutdown(wait=False, cancel_futures=True)
         return 0
 
@@ -261,7 +267,8 @@ class Daemon:
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+            async with asyncio.timeout(seconds):
+                await self.stop.wait()
 
     async def _drain(self) -> None:
         if not self.running:
@@ -272,7 +279,7 @@ class Daemon:
             task.cancel()
 
     async def _heartbeat(self, every_s: float) -> None:
-        while True:
+        while not self.closing:
             await asyncio.sleep(every_s)
             # only what ran when the heartbeat went out can be missing from its answer for
             # a reason: a claim answered meanwhile was leased after the server's look
@@ -355,6 +362,18 @@ class Daemon:
         body = {"error": outcome.error, "retry": outcome.retry}
         if (await self.reporter.report(invocation_id, body)).state in _RECORDED:
             self.failed += 1
+
+
+async def _cancelled(task: asyncio.Task[None], *, every_s: float = 1.0) -> None:
+    """Cancel ``task`` and wait until it has ended, cancelling again while it runs on: a
+    cancellation that arrives as an awaited lock or future completes can be absorbed on
+    the way (Python 3.11's ``asyncio.wait_for`` returns the result instead), and a single
+    ``cancel()`` then waited for forever is how a daemon would hang at exit."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=every_s)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
 _RECORDED = ("succeeded", "pending", "failed")  # what a report's recorded outcome can be

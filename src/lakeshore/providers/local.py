@@ -169,9 +169,8 @@ class LocalProvider:
             start_new_session=True,
         )
         try:
-            output, _ = await asyncio.wait_for(
-                process.communicate(), timeout=self.config.setup_timeout_s
-            )
+            async with asyncio.timeout(self.config.setup_timeout_s):
+                output, _ = await process.communicate()
         except TimeoutError:
             await _kill_group(process)
             raise base.LaunchError(
@@ -248,7 +247,8 @@ async def stop(handle: Mapping[str, Any], *, grace_s: float) -> None:
         child = _child(pid)
         if child is not None and child.returncode is None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(child.wait(), timeout=0.1)
+                async with asyncio.timeout(0.1):
+                    await child.wait()
         else:
             await asyncio.sleep(0.1)
         if not alive(handle) or (child is not None and child.returncode is not None):
@@ -257,7 +257,8 @@ async def stop(handle: Mapping[str, Any], *, grace_s: float) -> None:
     child = _child(pid)
     if child is not None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(child.wait(), timeout=5)
+            async with asyncio.timeout(5):
+                await child.wait()
 
 
 def install() -> None:

@@ -105,7 +105,8 @@ class FleetOps:
         """The call's result, or a failure message (an exception or a time-out)."""
         limit = timeout_s or self.call_timeout_s
         try:
-            return await asyncio.wait_for(call(), timeout=limit)
+            async with asyncio.timeout(limit):
+                return await call()
         except TimeoutError:
             return f'{what} failed: provider "{provider.name}" did not answer within {limit:g} s'
         except Exception as exc:

@@ -84,7 +84,8 @@ class Registry:
         self._running[(key, path)] = future
         future.add_done_callback(lambda done: self._forget((key, path), done))
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.wrap_future(future)
         except TimeoutError:
             raise ScalerError(f"{path} did not answer within {timeout_s:g} s") from None
         except Exception as exc:

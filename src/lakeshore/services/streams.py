@@ -108,4 +108,5 @@ async def follow(
 
 async def _wait(woken: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(woken.wait(), timeout=seconds)
+        async with asyncio.timeout(seconds):
+            await woken.wait()

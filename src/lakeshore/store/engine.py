@@ -150,7 +150,8 @@ class Store:
             yield
             return
         try:
-            await asyncio.wait_for(self._writer.acquire(), WRITE_WAIT_S)
+            async with asyncio.timeout(WRITE_WAIT_S):
+                await self._writer.acquire()
         except TimeoutError:
             raise StoreUnavailable(
                 f"the database stayed busy for {WRITE_WAIT_S:.0f} s; retry shortly"
