@@ -13,6 +13,7 @@ from sqlalchemy import insert
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
+from lakeshore.services import reaper
 from lakeshore.services import workers as worker_service
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import retired_workers
@@ -270,7 +271,7 @@ async def test_an_expired_lease_returns_to_pending_then_fails_when_spent(
     dead = await hello(api, ["q"])
     [got] = await claim(api, dead)
     clock.advance(worker_service.LEASE_S + 1)
-    assert (await worker_service.reap(store, clock()))["retried"] == 1
+    assert (await reaper.reap(store, clock()))["retried"] == 1
     clock.advance(60)
     alive = await hello(api, ["q"])
     [again] = await claim(api, alive)
@@ -278,7 +279,7 @@ async def test_an_expired_lease_returns_to_pending_then_fails_when_spent(
     late = await api.post(f"{W}/{dead}/invocations/{got['id']}/complete", json={"result": "late"})
     assert late.status_code in (404, 409)  # dropped as silent, or no longer the holder
     clock.advance(worker_service.LEASE_S + 1)
-    assert (await worker_service.reap(store, clock()))["failed"] == 1
+    assert (await reaper.reap(store, clock()))["failed"] == 1
     final = (await api.get(f"{NS}/invocations/{created['id']}")).json()
     assert (final["state"], final["error"]["type"]) == ("failed", "LeaseExpired")
 
@@ -290,7 +291,7 @@ async def test_one_sweep_fails_spent_leases_and_backs_off_each_by_its_attempt(
     worker = await hello(api, ["sweep"])
     await claim(api, worker)
     clock.advance(worker_service.LEASE_S + 1)
-    assert (await worker_service.reap(store, clock()))["retried"] == 1
+    assert (await reaper.reap(store, clock()))["retried"] == 1
     clock.advance(1)
     a = await submit(api, "sweep", max_attempts=1)
     c = await submit(api, "sweep", max_attempts=3)
@@ -298,7 +299,7 @@ async def test_one_sweep_fails_spent_leases_and_backs_off_each_by_its_attempt(
     assert leased == {a["id"]: 1, b["id"]: 2, c["id"]: 1}
 
     clock.advance(worker_service.LEASE_S + 1)
-    assert await worker_service.reap(store, clock()) == {
+    assert await reaper.reap(store, clock()) == {
         "retried": 2,
         "failed": 1,
         "expired": 0,
@@ -323,7 +324,7 @@ async def test_heartbeats_keep_a_lease(
         clock.advance(worker_service.LEASE_S - 5)
         beat = await api.post(f"{W}/{worker}/heartbeat")
         assert beat.json()["held"] == [got["id"]]
-        assert (await worker_service.reap(store, clock()))["retried"] == 0
+        assert (await reaper.reap(store, clock()))["retried"] == 0
     done = await api.post(f"{W}/{worker}/invocations/{got['id']}/complete", json={"result": 1})
     assert done.status_code == 200
 
@@ -349,7 +350,7 @@ async def test_what_a_daemon_holds_without_running_goes_back_at_its_heartbeat(
     clock.advance(worker_service.LEASE_S)
     beat = await api.post(f"{W}/{worker}/heartbeat", json={"running": [runs["id"]]})
     assert (beat.json()["held"], beat.json()["released"]) == ([runs["id"]], 2)
-    assert (await worker_service.reap(store, clock()))["retried"] == 0
+    assert (await reaper.reap(store, clock()))["retried"] == 0
 
     other = await hello(api, ["lost"])
     again = await claim(api, other, max=3)
@@ -387,8 +388,8 @@ async def test_silent_workers_are_dropped(
     api: httpx.AsyncClient, store: Store, clock: FakeClock
 ) -> None:
     worker = await hello(api, ["q"])
-    clock.advance(worker_service.WORKER_TTL_S + 1)
-    assert (await worker_service.reap(store, clock()))["workers_dropped"] == 1
+    clock.advance(reaper.WORKER_TTL_S + 1)
+    assert (await reaper.reap(store, clock()))["workers_dropped"] == 1
     assert (await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})).status_code == 404
 
 

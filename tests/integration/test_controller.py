@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from lakeshore.config import Settings
 from lakeshore.providers import LaunchRequest
 from lakeshore.providers.fake import FakeProvider
+from lakeshore.services import reaper
 from lakeshore.store import controller as ctl_store
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import controller_state, elasticity_events, launches
@@ -427,16 +428,14 @@ async def test_a_launched_daemon_that_vanishes_is_dropped_and_its_work_runs_agai
 ) -> None:
     """An instance or pod that disappears stops heartbeating: after the worker TTL its row
     goes, its lease returns the invocation to the queue, and the controller launches anew."""
-    from lakeshore.services import workers as worker_service
-
     await provider(api)
     await queue(api, "vanish", elastic(max=1), providerRef="fk")
     await submit_many(api, "vanish", 1)
     launch_id = (await tick(api))["vanish"]["launch_id"]
     gone = await hello(api, ["vanish"], launch_id=launch_id)
     [held] = await claim(api, gone)
-    clock.advance(worker_service.WORKER_TTL_S + 1)  # no heartbeat: the machine is gone
-    swept = await worker_service.reap(store, clock())
+    clock.advance(reaper.WORKER_TTL_S + 1)  # no heartbeat: the machine is gone
+    swept = await reaper.reap(store, clock())
     assert (swept["retried"], swept["workers_dropped"]) == (1, 1)
     decision = (await tick(api))["vanish"]
     assert decision["before"]["daemon_count"] == 0

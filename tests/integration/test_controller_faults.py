@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import update
 
 from lakeshore.config import Settings
-from lakeshore.services import workers as worker_service
+from lakeshore.services import reaper
 from lakeshore.services.controller import Controller
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import queues
@@ -140,8 +140,8 @@ async def test_a_lost_launched_daemon_is_stopped_and_its_token_revoked(
         f"{W}/hello", json={"queues": ["lost"], "launch_id": launch_id}, headers=own
     )
     assert joined.status_code == 200, joined.text
-    clock.advance(worker_service.WORKER_TTL_S + 1)
-    swept = await worker_service.reap(store, clock())
+    clock.advance(reaper.WORKER_TTL_S + 1)
+    swept = await reaper.reap(store, clock())
     assert swept["workers_dropped"] == 1
     await tick(api)
     [launch] = [

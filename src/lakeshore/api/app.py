@@ -30,7 +30,7 @@ from lakeshore.api.routes import (
 from lakeshore.api.routes import workers as worker_routes
 from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
-from lakeshore.services import auth, elasticity_loop, workers
+from lakeshore.services import auth, elasticity_loop, reaper
 from lakeshore.services import local_fleet as local_fleet_service
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
@@ -68,7 +68,7 @@ async def _reap_forever(store: Store, clock: Clock, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
         try:
-            counts = await workers.reap(store, clock())
+            counts = await reaper.reap(store, clock())
         except Exception:
             log.exception("reaper sweep failed")
             continue

@@ -1,5 +1,5 @@
-"""The task queue's worker side: hello, long-poll claim, heartbeat, complete, fail — and
-the reaper that returns a dead worker's work to the queue."""
+"""The task queue's worker side: hello, long-poll claim, heartbeat, complete, fail (the
+reaper that returns a dead worker's work to the queue is :mod:`.reaper`)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from lakeshore.store.engine import Store
 
 LEASE_S = 30.0
 HEARTBEAT_S = 10.0
-WORKER_TTL_S = 60.0
 MAX_CLAIM_WAIT_S = 20.0
 IDLE_RECHECK_S = 5.0  # the spec's idle wait, kept only as the fallback re-check
 
@@ -344,17 +343,3 @@ def _not_held(invocation_id: str) -> Conflict:
         "finished); nothing was changed",
         field="invocation",
     )
-
-
-async def reap(store: Store, now: datetime) -> dict[str, int]:
-    """One sweep: expired leases back to pending (or failed), pending work past its
-    queue's ``deadline_cutoff_s`` expired, silent workers dropped.
-
-    Retried work waits out its backoff, so waiting claims find it on their next re-check.
-    """
-    async with store.write() as conn:
-        counts = await lease_store.reap_expired(conn, now)
-        expired = await inv_store.expire_all_overdue(conn, now)
-        await wakeups.publish(conn, [stream_key(i) for i in expired])
-        gone = await worker_store.drop_silent(conn, now - timedelta(seconds=WORKER_TTL_S))
-    return {**counts, "expired": len(expired), "workers_dropped": len(gone)}

@@ -10,9 +10,11 @@ database never hand one invocation to two workers; on SQLite the write transacti
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import (
@@ -31,9 +33,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain import disciplines
+from lakeshore.store.isolated import isolated
 from lakeshore.store.tables import invocations, queues
 
 C = invocations.c
+log = logging.getLogger("lakeshore.store")
 
 _ORDER: dict[str, tuple[ColumnElement[Any], ...]] = {
     "fifo": (C.created_at, C.id),
@@ -192,28 +196,68 @@ async def expire_all_overdue(conn: AsyncConnection, now: datetime) -> list[str]:
     """``deadline_cutoff_s`` of every queue that sets one (paused ones too): pending work
     never started and submitted longer ago than its queue's cutoff is expired, whether or
     not a claim looks at that queue. One read of the cutoffs and one UPDATE for every
-    queue (grouped by cutoff, not a statement per queue). Returns the ids expired."""
+    queue (grouped by cutoff, not a statement per queue). Returns the ids expired.
+
+    A cutoff the date arithmetic cannot hold (stored before cutoffs were bounded) is
+    skipped and logged; should the UPDATE fail, each cutoff's queues are tried alone, so
+    one queue never stops the others' expiry."""
     cutoff = queues.c.admission["deadline_cutoff_s"].as_float()
     rows = (await conn.execute(select(queues.c.id, cutoff).where(cutoff.is_not(None)))).all()
     by_cutoff: dict[float, list[str]] = {}
     for queue_id, cutoff_s in rows:
         by_cutoff.setdefault(float(cutoff_s), []).append(str(queue_id))
-    if not by_cutoff:
+    late_before = _late_before(by_cutoff, now)
+    if not late_before:
         return []
-    late = [
-        and_(C.queue_id.in_(ids), C.created_at < now - timedelta(seconds=cutoff_s))
-        for cutoff_s, ids in by_cutoff.items()
-    ]
+    done = await isolated(
+        conn, "deadline expiry", ["all queues"], lambda: _expire(conn, late_before, now)
+    )
+    if done is not None:
+        return done
+    expired: list[str] = []
+    for cutoff_s, (before, ids) in late_before.items():
+        alone = {cutoff_s: (before, ids)}
+        expired += (
+            await isolated(conn, "deadline expiry", ids, partial(_expire, conn, alone, now)) or []
+        )
+    return sorted(expired)
+
+
+def _late_before(
+    by_cutoff: dict[float, list[str]], now: datetime
+) -> dict[float, tuple[datetime, list[str]]]:
+    """Each cutoff's instant (work submitted before it is late), and its queues."""
+    late: dict[float, tuple[datetime, list[str]]] = {}
+    for cutoff_s, ids in by_cutoff.items():
+        try:
+            late[cutoff_s] = (now - timedelta(seconds=cutoff_s), ids)
+        except (OverflowError, ValueError) as exc:
+            log.warning(
+                "deadline_cutoff_s %r of queue(s) %s is out of range (%s); skipped",
+                cutoff_s,
+                ", ".join(ids),
+                exc,
+                extra={"queue_ids": ids},
+            )
+    return late
+
+
+async def _expire(
+    conn: AsyncConnection, late: dict[float, tuple[datetime, list[str]]], now: datetime
+) -> list[str]:
     # each error names its queue's own cutoff
     error = case(
         *(
             (C.queue_id.in_(ids), literal(_expired(cutoff_s, now)["error"], C.error.type))
-            for cutoff_s, ids in by_cutoff.items()
+            for cutoff_s, (_, ids) in late.items()
         )
     )
     done = await conn.execute(
         update(invocations)
-        .where(*_NEVER_STARTED, or_(*late))
+        .where(
+            *_NEVER_STARTED,
+            or_(*(and_(C.queue_id.in_(ids), C.created_at < t) for t, ids in late.values())),
+        )
         .values(state="expired", finished_at=now, error=error)
         .returning(C.id)
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import (
@@ -26,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain.invocations import Report, after_failure, retry_backoff_s
+from lakeshore.store.isolated import isolated
 from lakeshore.store.tables import invocations
 
 C = invocations.c
@@ -203,8 +205,10 @@ async def reap_expired(
             delay = timedelta(seconds=retry_backoff_s(attempts))
             values.update(state="pending", worker_id=None, available_at=now + delay)
             counts["retried"] += len(ids)
-        stmt = update(invocations).where(C.id.in_(ids), C.state == "running")
-        await conn.execute(stmt.values(values))
+        stmt = update(invocations).where(C.id.in_(ids), C.state == "running").values(values)
+        done = await isolated(conn, "returning expired leases", ids, partial(conn.execute, stmt))
+        if done is None:  # skipped (logged): not counted
+            counts["failed" if attempts is None else "retried"] -= len(ids)
     return counts
 
 
