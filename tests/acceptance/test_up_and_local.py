@@ -136,11 +136,12 @@ class Up:
 
 
 @contextmanager
-def lakeshore_up(base: Path) -> Iterator[Up]:
-    """``lakeshore up`` on a free port and ``base/data``, ticking every 0.5 s; afterwards it
-    is stopped, and anything left running under ``base`` is killed."""
+def lakeshore_up(base: Path, **settings: str) -> Iterator[Up]:
+    """``lakeshore up`` on a free port and ``base/data``, ticking every 0.5 s, with
+    ``settings`` in its environment; afterwards it is stopped, and anything left running
+    under ``base`` is killed."""
     data_dir, log_path = base / "data", base / "up.log"
-    env = clean_env(COLUMNS=WIDE, ELASTICITY_INTERVAL_S="0.5", PYTHONPATH=str(ROOT))
+    env = clean_env(COLUMNS=WIDE, ELASTICITY_INTERVAL_S="0.5", PYTHONPATH=str(ROOT), **settings)
     process = None
     try:
         for _ in range(3):
@@ -161,7 +162,9 @@ def lakeshore_up(base: Path) -> Iterator[Up]:
                 _stop(process)
         else:
             pytest.fail("no free port for lakeshore up after 3 tries")
-        token = (data_dir / "admin-token").read_text().strip()
+        token = settings.get("LAKESHORE_ADMIN_TOKEN") or (
+            (data_dir / "admin-token").read_text().strip()
+        )
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
             yield Up(process, url, data_dir, log_path, http)
@@ -333,3 +336,29 @@ def test_setup_scripts_run_first_and_a_failing_one_fails_the_launch(tmp_path: Pa
         assert broken and all(x["state"] == "failed" for x in broken), broken
         assert "setup script 1 failed (exit 3): boom" in broken[0]["error"], broken[0]
         assert all(x["handle"] is None for x in broken), broken
+
+
+def test_a_udf_run_by_a_launched_daemon_sees_none_of_the_servers_secrets(
+    tmp_path: Path,
+) -> None:
+    """A tenant's UDF dumping ``os.environ`` on a daemon that ``lakeshore up`` launched
+    finds neither the admin token nor the database URL, only its own worker token."""
+    admin_token = "lks-admin-token-from-the-environment"
+    database_url = f"sqlite:///{tmp_path / 'secret-place.db'}"
+    with lakeshore_up(
+        tmp_path, LAKESHORE_ADMIN_TOKEN=admin_token, LAKESHORE_DATABASE_URL=database_url
+    ) as up:
+        up.post(f"{NS}/queues", elastic_queue("env", 0, 1, providerRef="local"))
+        made = up.post(f"{NS}/queues/env/invocations", {"fn": "tests.udfs:environment"})
+
+        def finished() -> dict[str, Any] | None:
+            shown: dict[str, Any] = up.http.get(f"{NS}/invocations/{made['id']}").json()
+            return shown if shown["state"] in ("succeeded", "failed") else None
+
+        done = wait_for(finished, 90, "the UDF to run on a launched daemon")
+        assert done["state"] == "succeeded", done
+        seen: dict[str, str] = done["result"]
+        assert admin_token not in seen.values()
+        assert not [v for v in seen.values() if "secret-place.db" in v]
+        assert "LAKESHORE_ADMIN_TOKEN" not in seen and "LAKESHORE_DATABASE_URL" not in seen
+        assert seen["LAKESHORE_TOKEN"] != admin_token

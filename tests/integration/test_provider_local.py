@@ -187,6 +187,33 @@ async def test_the_config_env_reaches_the_setup_scripts_and_the_daemon(
     assert daemon_env["LAKESHORE_NAMESPACE"] == "default"
 
 
+async def test_the_daemon_and_its_scripts_see_none_of_the_servers_secrets(
+    tmp_path: Path, stopped_after: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's admin token, database URL and cloud credentials are not passed on:
+    launched daemons (and the UDFs they run) get an allow-list of the environment."""
+    secrets = {
+        "LAKESHORE_ADMIN_TOKEN": "lks-admin-very-secret",
+        "LAKESHORE_DATABASE_URL": "postgresql://app:hunter2@db/lakeshore",
+        "AWS_SECRET_ACCESS_KEY": "aws-secret",
+        "SOME_OTHER_SETTING": "not-on-the-allow-list",
+    }
+    for key, value in secrets.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    local_provider = provider("secrets", tmp_path)
+    launch = request(setup_commands=("env > script-env.txt",))
+    handle = await local_provider.launch(launch)
+    stopped_after.append(handle)
+    script_env = (tmp_path / "script-env.txt").read_text()
+    daemon_env = environ_of(handle["pid"])
+    for key, value in secrets.items():
+        assert key not in daemon_env
+        assert value not in script_env
+    assert daemon_env["PATH"] and daemon_env["LC_ALL"] == "C.UTF-8"
+    assert daemon_env["LAKESHORE_TOKEN"] == "lks-worker-secret"  # its own worker token
+
+
 # --- max_daemons ----------------------------------------------------------------------
 
 

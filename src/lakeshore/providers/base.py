@@ -61,6 +61,21 @@ class Attempt(Generic[T]):
             threading.Thread(target=delete, args=(made,), daemon=True).start()
 
 
+# What a daemon launched on this machine inherits from the server's environment: where
+# programs, home, locale and temporary files are, and where Python finds code. Nothing else:
+# the admin token, the database URL (with its password) and any cloud credentials stay on
+# the server, out of reach of the UDFs the daemon runs. A provider's ``env`` adds to it.
+INHERITED_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+    "PYTHONPATH", "VIRTUAL_ENV",
+)  # fmt: skip
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` a launched daemon may see (:data:`INHERITED_ENV`, ``LC_*``)."""
+    return {k: v for k, v in environ.items() if k in INHERITED_ENV or k.startswith("LC_")}
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     """One daemon to start: who it is, where it reports, what it serves."""

@@ -122,7 +122,7 @@ class LocalProvider:
             logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise base.LaunchError(f"cannot use working dir {self.working_dir}: {exc}") from exc
-        env = {**os.environ, **self.config.env, **request.daemon_env()}
+        env = {**base.inherited_env(os.environ), **self.config.env, **request.daemon_env()}
         steps = [("bootstrap script", request.body.bootstrap_script)]
         steps += [
             (f"setup script {n}", script)
