@@ -113,10 +113,11 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path, st
 
 
 def _spawn(
-    db: str, data_dir: Path, log_path: Path, env: Mapping[str, str]
+    db: str, data_dir: Path, log_path: Path, env: Mapping[str, str], umask: int = -1
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start the server on a free port (a few tries, in case another process takes the
-    port between our probe and the server's bind); return it once ``/healthz`` answers."""
+    port between our probe and the server's bind); return it once ``/healthz`` answers.
+    ``umask`` is the server's (-1: this process's)."""
     for _ in range(3):
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -125,7 +126,12 @@ def _spawn(
         start = log_path.stat().st_size if log_path.exists() else 0
         with log_path.open("ab") as log:
             process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                umask=umask,
             )
         try:
             _wait_healthy(process, url, log_path, start)
@@ -146,11 +152,13 @@ def running_server(
     data_dir: Path,
     log_path: Path,
     env: Mapping[str, str] | None = None,
+    *,
+    umask: int = -1,
 ) -> Iterator[LakeshoreServer]:
     """A ``lakeshore server`` process for the length of the block, stopped afterwards."""
     env = clean_env(COLUMNS=WIDE) if env is None else env
     assert "LAKESHORE_ADMIN_TOKEN" not in env
-    process, url = _spawn(db, data_dir, log_path, env)
+    process, url = _spawn(db, data_dir, log_path, env, umask)
     try:
         token = (data_dir / "admin-token").read_text().strip()
         yield LakeshoreServer(backend, url, db, data_dir, token, log_path, process)

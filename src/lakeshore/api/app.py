@@ -13,7 +13,7 @@ import anyio
 from fastapi import FastAPI
 from sqlalchemy.engine import URL
 
-from lakeshore import __version__
+from lakeshore import __version__, files
 from lakeshore.api import errors, openapi
 from lakeshore.api.deps import AppState, Clock
 from lakeshore.api.limits import BodySizeLimit
@@ -113,6 +113,7 @@ def create_app(
         )
         await ns_service.ensure(store, ns_service.DEFAULT_NAMESPACE, clock())
         if local_fleet:
+            files.private_dir(settings.data_dir)  # daemon logs go there: UDF output
             await local_fleet_service.ensure_provider(store, settings.data_dir / "daemons", clock())
         if demo:
             await _create_demo_queue(store, clock())

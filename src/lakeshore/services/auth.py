@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lakeshore import files
 from lakeshore.domain import tokens
 from lakeshore.errors import Forbidden, Unauthorized
 from lakeshore.store import namespaces as ns_store
@@ -78,14 +79,15 @@ async def authenticate(store: Store, admin_token: str, presented: str | None) ->
 
 def load_or_create_admin_token(configured: str | None, path: Path) -> tuple[str, Path | None]:
     """The admin token: the configured one, else the one in ``path``, else a new one
-    written there with mode 0600. Returns the token and the file it lives in (if any)."""
+    written there with mode 0600 (its folder, when this creates it, 0700). Returns the
+    token and the file it lives in (if any)."""
     if configured:
         return configured, None
     if path.exists():
         token = path.read_text().strip()
         if token:
             return token, path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    files.private_dir(path.parent)
     token = tokens.mint().plaintext
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -23,6 +23,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from lakeshore import files
 from lakeshore.errors import InvalidInput, StoreUnavailable
 
 _MIGRATION_LOCK = 0x1A4E5_0001  # pg_advisory_lock key for schema changes
@@ -107,9 +108,10 @@ def migrate(url: URL) -> None:
 
 
 def prepare(url: URL) -> None:
-    """Make sure a SQLite file's folder exists, then migrate."""
+    """Make sure a SQLite file exists, 0600 in a folder of its own user's (see
+    :mod:`lakeshore.files`), then migrate."""
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        files.private_sqlite_file(Path(url.database).expanduser())
     migrate(url)
 
 
