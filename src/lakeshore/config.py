@@ -4,7 +4,7 @@
 | -------------------------- | ----------------------------------------- |
 | ``LAKESHORE_DATABASE_URL`` | ``sqlite:///<data dir>/lakeshore.db``     |
 | ``LAKESHORE_DATA_DIR``     | the per-user data dir (``~/.local/share/lakeshore`` on Linux) |
-| ``LAKESHORE_ADMIN_TOKEN``  | generated once, written 0600 to ``<data dir>/admin-token`` |
+| ``LAKESHORE_ADMIN_TOKEN``  | generated once into ``<data dir>/admin-token`` (0600); 16+ chars |
 | ``LAKESHORE_MAX_BODY_BYTES`` | ``1048576`` (larger request bodies get 413) |
 | ``LAKESHORE_MAX_PAYLOAD_BYTES`` | ``262144`` (an invocation's args + kwargs as JSON; over → 413) |
 | ``LAKESHORE_MAX_RESULT_BYTES`` | ``524288`` (a result or a stream item as JSON; over → 413) |
@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lakeshore.defaults import (
     ADMIN_TOKEN_FILE,
+    ADMIN_TOKEN_MIN_CHARS,
     DEFAULT_HOST,
     DEFAULT_PORT,
     DEFAULT_URL,
@@ -121,6 +122,21 @@ class Settings(BaseSettings):
         default="",
         validation_alias=AliasChoices("LAKESHORE_ALLOWED_SCALERS", "allowed_scalers"),
     )
+
+    @field_validator("admin_token")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        """An empty value means unset (a token is generated); a short one is refused."""
+        if not value:
+            return None
+        if len(value) < ADMIN_TOKEN_MIN_CHARS:
+            chars = f"{len(value)} character{'s' if len(value) != 1 else ''}"
+            raise ValueError(
+                f"the admin token is {chars}; it needs at least "
+                f"{ADMIN_TOKEN_MIN_CHARS} (or leave LAKESHORE_ADMIN_TOKEN unset to have one "
+                "generated)"
+            )
+        return value
 
     @property
     def scaler_paths(self) -> list[str]:

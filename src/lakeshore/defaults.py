@@ -14,6 +14,7 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8270
 DEFAULT_URL: Final = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 ADMIN_TOKEN_FILE: Final = "admin-token"
+ADMIN_TOKEN_MIN_CHARS: Final = 16  # a shorter admin token is refused at start
 
 
 def default_data_dir() -> Path:

@@ -1,18 +1,27 @@
-"""What a ``lakeshore server`` process leaves on disk.
+"""What a ``lakeshore server`` process leaves on disk, and the settings it refuses to start with.
 
 The data dir (and any folder the server creates for it) is 0700 and the SQLite file with
-its ``-wal``/``-shm`` files 0600 even under ``umask 000``.
+its ``-wal``/``-shm`` files 0600 even under ``umask 000``; an admin token shorter than 16
+characters — from ``LAKESHORE_ADMIN_TOKEN`` or from the token file — stops the start with
+one line and exit status 1.
 """
 
 from __future__ import annotations
 
 import stat
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.acceptance.conftest import running_server
+from tests.acceptance.conftest import (
+    CLI_TIMEOUT_S,
+    LAKESHORE,
+    clean_env,
+    free_port,
+    running_server,
+)
 from tests.conftest import BACKENDS
 
 pytestmark = pytest.mark.acceptance
@@ -57,3 +66,48 @@ def test_server_tightens_an_existing_sqlite_file_that_others_can_read(tmp_path: 
 
     with running_server("sqlite", str(sqlite_file), data_dir, tmp_path / "server.log"):
         assert _mode(sqlite_file) == 0o600
+
+
+def _start(data_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``lakeshore server|up`` that must refuse to start: it is given no time to serve."""
+    port = str(free_port())
+    return subprocess.run(
+        [str(LAKESHORE), *args, "--host", "127.0.0.1", "--port", port, "--data-dir", str(data_dir)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=clean_env(**env),
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", ["server", "up"])
+def test_an_admin_token_shorter_than_16_characters_is_refused_at_start(
+    command: str, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    done = _start(data_dir, command, LAKESHORE_ADMIN_TOKEN="sh0rt-t0ken")  # 11 characters
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "LAKESHORE_ADMIN_TOKEN" in lines[0] and "at least 16" in lines[0]
+    assert "sh0rt-t0ken" not in done.stdout + done.stderr  # a token is never echoed
+    assert "Traceback" not in done.stderr
+    assert not data_dir.exists()  # refused before touching the store
+
+
+def test_an_admin_token_file_shorter_than_16_characters_is_refused_at_start(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "admin-token").write_text("tiny\n")
+
+    done = _start(data_dir, "server", "--db", str(tmp_path / "lakeshore.db"))
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    message = " ".join(done.stderr.split())
+    assert "admin-token is 4 characters" in message and "at least 16" in message
+    assert "Traceback" not in done.stderr

@@ -4,13 +4,18 @@ with the ``local`` provider, for one machine)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from lakeshore.cli import output
 from lakeshore.cli.client import CliError
 from lakeshore.defaults import DEFAULT_HOST, DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from lakeshore.config import Settings
 
 # The server's own stack (uvicorn, SQLAlchemy, migrations, the app) is imported when a
 # server starts, not at every CLI command's start.
@@ -21,6 +26,17 @@ def database_url(value: str) -> str:
     if "://" in value:
         return value
     return f"sqlite:///{Path(value).expanduser().resolve()}"
+
+
+def settings_refused(exc: ValidationError) -> str:
+    """The settings a server refuses to start with, on one line; never the values given
+    (one of them may be a token)."""
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return "invalid settings: " + "; ".join(problems)
 
 
 def server(
@@ -67,6 +83,41 @@ def up(
     serve(host, port, None, data_dir, demo=False, log_level=log_level, local_fleet=True)
 
 
+def _settings(host: str, port: int, db: str | None, data_dir: Path | None) -> Settings:
+    """The environment's settings with the flags over them; refused in one line."""
+    from pydantic import ValidationError
+
+    from lakeshore.config import Settings
+
+    overrides: dict[str, object] = {}
+    if db:
+        overrides["database_url"] = database_url(db)
+    if data_dir:
+        overrides["data_dir"] = data_dir.expanduser().resolve()
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise CliError(settings_refused(exc)) from None
+    if settings.public_url is None:
+        reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        settings = settings.model_copy(update={"public_url": f"http://{reachable}:{port}"})
+    return settings
+
+
+def _admin_token_file(settings: Settings) -> Path | None:
+    """Where the admin token lives (``None``: the setting), made if missing."""
+    from lakeshore.errors import LakeshoreError
+    from lakeshore.services.auth import load_or_create_admin_token
+
+    try:
+        _, path = load_or_create_admin_token(settings.admin_token, settings.admin_token_path)
+    except OSError as exc:
+        raise CliError(f"cannot write the admin token file: {exc}") from exc
+    except LakeshoreError as exc:
+        raise CliError(exc.message) from exc
+    return path
+
+
 def serve(
     host: str,
     port: int,
@@ -81,20 +132,10 @@ def serve(
     from sqlalchemy.exc import DBAPIError
 
     from lakeshore.api.app import create_app
-    from lakeshore.config import Settings
     from lakeshore.errors import LakeshoreError
-    from lakeshore.services.auth import load_or_create_admin_token
     from lakeshore.store.engine import parse_url, prepare
 
-    overrides: dict[str, object] = {}
-    if db:
-        overrides["database_url"] = database_url(db)
-    if data_dir:
-        overrides["data_dir"] = data_dir.expanduser().resolve()
-    settings = Settings(**overrides)  # type: ignore[arg-type]
-    if settings.public_url is None:
-        reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        settings = settings.model_copy(update={"public_url": f"http://{reachable}:{port}"})
+    settings = _settings(host, port, db, data_dir)
     try:
         url = parse_url(settings.resolved_database_url)
     except LakeshoreError as exc:
@@ -105,10 +146,7 @@ def serve(
     except (DBAPIError, OSError) as exc:
         reason = getattr(exc, "orig", None) or exc
         raise CliError(f"cannot open the store at {shown}: {reason}".strip()) from exc
-    try:
-        _, token_path = load_or_create_admin_token(settings.admin_token, settings.admin_token_path)
-    except OSError as exc:
-        raise CliError(f"cannot write the admin token file: {exc}") from exc
+    token_path = _admin_token_file(settings)
     output.note(f"lakeshore server on http://{host}:{port}  (API docs: /docs)")
     output.note(f"store: {shown}")
     if token_path:

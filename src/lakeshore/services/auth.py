@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Literal
 
 from lakeshore import files
+from lakeshore.defaults import ADMIN_TOKEN_MIN_CHARS
 from lakeshore.domain import tokens
-from lakeshore.errors import Forbidden, Unauthorized
+from lakeshore.errors import Forbidden, InvalidInput, Unauthorized
 from lakeshore.store import namespaces as ns_store
 from lakeshore.store.engine import Store
 
@@ -80,11 +81,19 @@ async def authenticate(store: Store, admin_token: str, presented: str | None) ->
 def load_or_create_admin_token(configured: str | None, path: Path) -> tuple[str, Path | None]:
     """The admin token: the configured one, else the one in ``path``, else a new one
     written there with mode 0600 (its folder, when this creates it, 0700). Returns the
-    token and the file it lives in (if any)."""
+    token and the file it lives in (if any). A token in the file shorter than
+    ``ADMIN_TOKEN_MIN_CHARS`` is refused (``InvalidInput``), as the setting is."""
     if configured:
         return configured, None
     if path.exists():
         token = path.read_text().strip()
+        if token and len(token) < ADMIN_TOKEN_MIN_CHARS:
+            raise InvalidInput(
+                f"the admin token in {path} is {len(token)} characters; an admin token "
+                f"needs at least {ADMIN_TOKEN_MIN_CHARS}: delete the file (a new one is "
+                "generated) or write a longer one",
+                field="admin_token",
+            )
         if token:
             return token, path
     files.private_dir(path.parent)
