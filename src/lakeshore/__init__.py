@@ -1,6 +1,25 @@
-"""Lakeshore: a control plane for elastic queues."""
+"""Lakeshore: a control plane for elastic queues.
 
-from lakeshore.sdk import Client, Handle, RemoteError, udf
+The SDK's names (``udf``, ``Client``, ``Handle``, ``RemoteError``) are loaded on first use,
+so a process that needs only a small part of the package (a daemon's sentinel, the CLI's
+``--help``) does not pay for the HTTP client's imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lakeshore.sdk import Client, Handle, RemoteError, udf
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Handle", "RemoteError", "__version__", "udf"]
+
+_SDK = frozenset({"Client", "Handle", "RemoteError", "udf"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SDK:
+        return getattr(importlib.import_module("lakeshore.sdk"), name)
+    raise AttributeError(f"module 'lakeshore' has no attribute {name!r}")

@@ -210,6 +210,43 @@ def test_a_daemon_killed_with_sigkill_takes_its_hanging_child_along(
             os.kill(pid, signal.SIGKILL)  # a failed check leaves nothing running
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+def test_a_daemon_killed_with_sigkill_takes_what_its_udf_started_along(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    """The UDF's own child (a ``sleep``, re-parented once its parent dies) goes too: the
+    daemon's sentinel kills the invocation's process group."""
+    queue = f"grandchild-{server.backend}"
+    pid_file = tmp_path / "pids"
+    body = {"fn": "tests.udfs_burst:spawn_then_wait", "args": [str(pid_file), 120]}
+    assert http.post(
+        f"{NS}/queues/{queue}/invocations", json={**body, "max_attempts": 1}
+    ).is_success
+    daemon = start_daemon(server, tmp_path / "d.log", "--queue", queue)
+    pids: list[int] = []
+    try:
+        text = wait_for(
+            lambda: (
+                pid_file.exists()
+                and len(pid_file.read_text().split()) == 2
+                and pid_file.read_text()
+            ),
+            30,
+            "the UDF",
+        )
+        pids = [int(p) for p in text.split()]
+        assert not any(gone(pid) for pid in pids)
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=10)
+        for pid in pids:
+            wait_for(lambda pid=pid: gone(pid), 10, f"process {pid} to die with the daemon")
+    finally:
+        stop(daemon)
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)  # a failed check leaves nothing running
+
+
 def test_a_failing_udf_is_retried_then_failed_with_its_error(
     server: LakeshoreServer, http: httpx.Client, tmp_path: Path
 ) -> None:

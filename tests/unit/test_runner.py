@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from lakeshore.daemon import runner
@@ -68,3 +70,56 @@ def test_kill_before_start_stops_the_child_as_it_starts() -> None:
     run.kill()
     result = run()
     assert (result.ok, result.error["type"]) == (False, "Stopped")
+
+
+def _gone(pid: int) -> bool:
+    """Dead or a zombie (exited, waiting for a parent that is not this test to reap it)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def _pids(path: Path) -> list[int]:
+    return [int(p) for p in path.read_text().split()]
+
+
+def _gone_soon(pid: int) -> bool:
+    """SIGKILL is delivered asynchronously: look a bounded number of times."""
+    for _ in range(200):
+        if _gone(pid):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_process_the_udf_started_ends_with_its_invocation(tmp_path: Path) -> None:
+    outcome = runner.run("tests.udfs_burst:spawn_then_wait", [str(tmp_path / "p"), 0], {}, 30)
+    assert outcome.ok, outcome
+    child, grandchild = _pids(tmp_path / "p")
+    assert outcome.result == grandchild
+    assert _gone_soon(grandchild) and _gone_soon(child)
+
+
+def test_a_process_the_udf_started_ends_with_its_timeout(tmp_path: Path) -> None:
+    args = [str(tmp_path / "p"), 60]
+    outcome = runner.run("tests.udfs_burst:spawn_then_wait", args, {}, 1.0)
+    assert outcome.error["type"] == "TimeoutError"
+    assert all(_gone_soon(pid) for pid in _pids(tmp_path / "p"))
+
+
+def test_a_process_the_udf_started_ends_when_its_invocation_is_stopped(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    run = runner.Run("tests.udfs_burst:spawn_then_wait", [str(path), 60], {}, None)
+    run.start()
+    waiter = ThreadPoolExecutor(1)
+    outcome = waiter.submit(run.wait)
+    for _ in range(1000):  # bounded: the UDF writes its pids as it starts
+        if path.exists() and len(path.read_text().split()) == 2:
+            break
+        time.sleep(0.01)
+    run.kill()
+    assert outcome.result(timeout=30).error["type"] == "Stopped"
+    waiter.shutdown()
+    assert all(_gone_soon(pid) for pid in _pids(path))

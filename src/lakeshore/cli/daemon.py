@@ -117,7 +117,7 @@ def run(
     )
     daemon = Daemon(config)
     try:
-        asyncio.run(daemon.run(handle_signals=True))
+        asyncio.run(daemon.run(own_process=True))
     except DaemonError as exc:
         raise CliError(str(exc)) from exc
     except httpx.TransportError as exc:

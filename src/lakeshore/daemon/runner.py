@@ -5,22 +5,23 @@ The child is forked (about 5 ms on Linux, the daemon's imports already loaded), 
 are sent one by one as it yields them (handed to ``on_item`` in the parent), and its
 result is the generator's return value. The parent waits at most ``timeout_s`` in all and
 kills the child after that. Exceptions, import errors, results or items that are not JSON
-and children that die are all reported as an :class:`Outcome`; nothing raises. On Linux a
-child is killed by the kernel when the daemon dies (even by SIGKILL), so no UDF outlives
-the daemon that ran it.
+and children that die are all reported as an :class:`Outcome`; nothing raises.
+
+Each child leads a process group of its own, killed as its invocation ends (a result, a
+time-out, a lost lease, a crash), so a process the UDF started does not outlive it. On
+Linux the child is killed by the kernel when the daemon dies (even by SIGKILL), and the
+daemon's :mod:`.sentinel` kills the groups of what was running, so nothing a UDF started
+outlives the daemon that ran it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import inspect
 import json
 import multiprocessing
 import os
-import signal
-import sys
 import threading
 import time
 import traceback
@@ -28,6 +29,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
+
+from lakeshore.daemon import linux
+from lakeshore.daemon.sentinel import Sentinel, kill_group
 
 Emit = Callable[[str], None]
 
@@ -121,35 +125,36 @@ def call(
         return _not_json(f"the result of {fn}", exc)
 
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Have the kernel SIGKILL this process when the thread that forked it ends (Linux;
-    the daemon forks from its slot threads, which live as long as the daemon):
-    a daemon killed with SIGKILL takes its children, hanging UDFs too, with it instead of
-    leaving them to run for work it no longer holds. Elsewhere (or without libc) nothing
-    changes. A parent already gone before the request took effect ends this process now."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # reparented already: the daemon died as it forked
-        os._exit(1)
-
-
 def _child(
-    conn: Connection, parent_pid: int, fn: str, args: list[Any], kwargs: dict[str, Any]
+    conn: Connection,
+    parent_pid: int,
+    close_fd: int | None,
+    fn: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
 ) -> None:
-    die_with_parent(parent_pid)
+    os.setsid()  # a process group of its own: whatever the UDF starts is killed with it
+    if close_fd is not None:  # the sentinel's stdin stays the daemon's alone
+        with contextlib.suppress(OSError):
+            os.close(close_fd)
+    linux.die_with_parent(parent_pid)
     try:
         conn.send(call(fn, args, kwargs, lambda text: conn.send(("item", text))))
     finally:
         conn.close()
         os._exit(0)  # skip the parent's atexit handlers and buffered state
+
+
+def _reap_group(pgid: int, within_s: float = 2.0) -> None:
+    """Wait for the killed members of a group that were re-parented to this process (a
+    subreaper), so none is left a zombie; those that are not its children are init's."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG) is None:
+                time.sleep(0.005)  # members still dying (SIGKILL is on its way)
+        except ChildProcessError:
+            return
 
 
 def _context() -> Any:
@@ -193,9 +198,11 @@ class Run:
         kwargs: dict[str, Any],
         timeout_s: float | None,
         on_item: Callable[[Any], None] | None = None,
+        sentinel: Sentinel | None = None,
     ) -> None:
         self.fn, self.timeout_s, self.on_item = fn, timeout_s, on_item
         self._args = (fn, args, kwargs)
+        self._sentinel = sentinel
         self._child: Any = None
         self._killed = False
 
@@ -207,19 +214,23 @@ class Run:
         context = _context()
         with _FORK:
             receiver, sender = context.Pipe(duplex=False)
+            close_fd = self._sentinel.stdin_fd if self._sentinel else None
             child = context.Process(
-                target=_child, args=(sender, os.getpid(), *self._args), daemon=True
+                target=_child, args=(sender, os.getpid(), close_fd, *self._args), daemon=True
             )
             child.start()
             sender.close()
+        if self._sentinel is not None:
+            self._sentinel.add(child.pid)
         self._receiver, self._child = receiver, child
         if self._killed:
-            child.kill()
+            self.kill()
 
     def kill(self) -> None:
         self._killed = True
         if self._child is not None and self._child.exitcode is None:
-            with contextlib.suppress(OSError):
+            kill_group(self._child.pid)
+            with contextlib.suppress(OSError):  # not yet a group leader
                 self._child.kill()
 
     def wait(self) -> Outcome:
@@ -228,9 +239,14 @@ class Run:
             kind, payload = _receive(self._receiver, timeout_s, self.on_item)
         finally:
             self._receiver.close()
-        if kind == "timeout":
-            child.kill()
+        # whatever the outcome, nothing the UDF started outlives it: the group goes while
+        # its leader is unreaped (its id cannot have been reused), then the leader is
+        # reaped, then the rest of the group that was handed to this process
+        kill_group(child.pid)
         child.join(5)
+        _reap_group(child.pid)
+        if self._sentinel is not None:
+            self._sentinel.discard(child.pid)
         if kind == "ok":
             return Outcome(ok=True, result=json.loads(payload))
         if kind == "error":

@@ -23,8 +23,9 @@ from typing import Any
 
 import httpx
 
-from lakeshore.daemon import runner
+from lakeshore.daemon import linux, runner
 from lakeshore.daemon.reporter import Reporter
+from lakeshore.daemon.sentinel import Sentinel
 from lakeshore.daemon.streaming import ItemSender
 
 log = logging.getLogger("lakeshore.daemon")
@@ -66,18 +67,29 @@ class Daemon:
     polling: bool = False  # a claim is out (and may be waiting for work)
     executor: ThreadPoolExecutor = field(init=False)
     closing: bool = False  # the background tasks are being stopped
+    sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
 
-    async def run(self, *, handle_signals: bool = False) -> int:
-        """Serve until stopped (``stop``, SIGTERM/SIGINT when ``handle_signals``, retired,
+    async def run(self, *, own_process: bool = False) -> int:
+        """Serve until stopped (``stop``, SIGTERM/SIGINT when ``own_process``, retired,
         orphaned, or a burst's end); 0 once everything it held is finished and reported.
 
-        Signal handlers are the process's: only ``lakeshore daemon run`` installs them, not
-        a caller that drives a daemon on an event loop of its own (a test, an embedding)."""
-        if handle_signals:
+        The process is the daemon's only under ``lakeshore daemon run`` (``own_process``):
+        then it takes SIGTERM/SIGINT and adopts the orphans of its UDFs (a subreaper, so it
+        reaps them), not when a caller drives it on an event loop of its own (a test, an
+        embedding)."""
+        if own_process:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self.stop.set)
+            linux.become_subreaper()
+        self.sentinel.start()
+        try:
+            return await self._serve()
+        finally:
+            self.sentinel.stop()
+
+    async def _serve(self) -> int:
         # one thread per slot to wait on its child (the default pool has cores + 4)
         self.executor = ThreadPoolExecutor(self.config.capacity, thread_name_prefix="run")
         headers = {"Authorization": f"Bearer {self.config.token}"}
@@ -328,6 +340,7 @@ class Daemon:
             invocation["kwargs"],
             invocation["timeout_s"],
             items.put,
+            self.sentinel,
         )
         loop = asyncio.get_running_loop()
         try:
