@@ -121,3 +121,68 @@ async def test_what_a_worker_token_is_refused_a_namespace_token_may_do(
     launch = {"queue": "work"}
     assert (await api.post(f"{NS}/daemons", json=launch, headers=worker)).status_code == 403
     assert (await api.post(f"{NS}/daemons", json=launch, headers=user)).status_code == 201
+
+
+async def test_a_worker_token_acts_only_for_the_worker_its_launch_registered(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A launched daemon's token cannot heartbeat, complete for, or say goodbye for another
+    worker of its namespace (404, as for a worker it cannot see), nor register more
+    workers (403); its own worker saying hello again keeps working."""
+    await provider(api)
+    await queue(api, "work", elastic(max=2), providerRef="fk")
+    launch_id, worker = await launched(api, monkeypatch, "work")
+    user = await namespace_token(api, "default")
+    other = await api.post(f"{W}/hello", json={"queues": ["work"]}, headers=user)
+    assert other.status_code == 200, other.text
+    victim = other.json()["id"]
+    await submit_many(api, "work", 1)
+    taken = await api.post(f"{W}/{victim}/claim", json={"timeout_s": 0}, headers=user)
+    (held,) = taken.json()["invocations"]
+
+    body = {"queues": ["work"], "launch_id": launch_id}
+    mine = await api.post(f"{W}/hello", json=body, headers=worker)
+    assert mine.status_code == 200, mine.text
+    own = mine.json()["id"]
+
+    forged = {"result": "forged"}
+    attempts = [
+        ("heartbeat", {"running": [held["id"]]}),
+        (f"invocations/{held['id']}/complete", forged),
+        ("results", {"results": [{"id": held["id"], "result": "forged"}]}),
+        ("claim", {"timeout_s": 0}),
+        ("bye", None),
+    ]
+    for route, payload in attempts:
+        refused = await api.post(f"{W}/{victim}/{route}", json=payload, headers=worker)
+        assert refused.status_code == 404, (route, refused.text)
+    shown = (await api.get(f"{NS}/invocations/{held['id']}")).json()
+    assert (shown["state"], shown["worker"]) == ("running", victim)
+
+    for extra in ({"id": "another-one"}, {"id": victim}):
+        more = await api.post(f"{W}/hello", json={**body, **extra}, headers=worker)
+        assert more.status_code == 403, (extra, more.text)
+    unnamed = await api.post(f"{W}/hello", json=body, headers=worker)  # no id: its own
+    assert (unnamed.status_code, unnamed.json()["id"]) == (200, own)
+    wrong_launch = await api.post(
+        f"{W}/hello", json={**body, "id": own, "launch_id": "lch_someone_else"}, headers=worker
+    )
+    assert wrong_launch.status_code == 403, wrong_launch.text
+    again = await api.post(f"{W}/hello", json={**body, "id": own}, headers=worker)
+    assert (again.status_code, again.json()["id"]) == (200, own)
+    daemons = (await api.get(f"{NS}/daemons")).json()["daemons"]
+    assert sorted(d["id"] for d in daemons) == sorted([own, victim])
+
+
+async def test_a_worker_token_says_hello_only_to_queues_that_exist(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await provider(api)
+    await queue(api, "work", elastic(max=2), providerRef="fk")
+    launch_id, worker = await launched(api, monkeypatch, "work")
+    body = {"queues": ["work", "made-up"], "launch_id": launch_id}
+    refused = await api.post(f"{W}/hello", json=body, headers=worker)
+    assert refused.status_code == 404, refused.text
+    assert "made-up" in refused.json()["error"]["message"]
+    names = [q["name"] for q in (await api.get(f"{NS}/queues")).json()["queues"]]
+    assert "made-up" not in names

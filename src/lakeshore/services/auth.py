@@ -38,6 +38,7 @@ class Principal:
     namespace_id: str | None = None
     namespace: str | None = None
     token_id: str | None = None
+    worker_id: str | None = None  # a worker token's one worker, once it said hello
 
     @property
     def is_admin(self) -> bool:
@@ -74,6 +75,7 @@ async def authenticate(store: Store, admin_token: str, presented: str | None) ->
                 namespace_id=row["namespace_id"],
                 namespace=row["namespace_name"],
                 token_id=row["id"],
+                worker_id=row["worker_id"],
             )
     raise Unauthorized("invalid or missing token")
 

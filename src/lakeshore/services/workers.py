@@ -10,8 +10,10 @@ from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore.domain import jsonsafe
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.invocations import Report
 from lakeshore.domain.names import Name
@@ -26,6 +28,7 @@ from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import launches as launch_store
 from lakeshore.store import leases as lease_store
+from lakeshore.store import namespaces as ns_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store import wakeups
 from lakeshore.store import workers as worker_store
@@ -42,8 +45,8 @@ Label = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 class Capabilities(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
     max_invocations: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
-    current_invocations: Annotated[int, Field(strict=True, ge=0)] | None = None
-    cost_weight: Annotated[float, Field(ge=0)] | None = None
+    current_invocations: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
+    cost_weight: Annotated[float, Field(ge=0, le=1e6)] | None = None
 
 
 class Hello(BaseModel):
@@ -68,6 +71,7 @@ class WorkerRef:
 def parse_hello(body: Any) -> Hello:
     if not isinstance(body, dict):
         raise InvalidInput("hello takes a JSON object")
+    jsonsafe.require_storable(body)  # ids, labels and capabilities are stored as they come
     try:
         return Hello.model_validate(body)
     except ValidationError as exc:
@@ -86,31 +90,23 @@ async def hello(
         raise Forbidden("a worker's namespace comes from its token")
     else:
         ns = await ns_service.resolve(store, caller, caller.namespace or "")
-    worker_id = request.id or new_id("wkr")
+    worker_id = request.id or caller.worker_id or new_id("wkr")
     names = sorted(set(request.queues)) or ["default"]
     async with store.write() as conn:
+        launch_id = request.launch_id
+        if caller.kind == "worker":
+            launch_id = await _bind_worker_token(conn, caller, worker_id, launch_id)
         if await worker_store.is_retired(conn, worker_id):
             raise Gone(f'worker "{worker_id}" was retired; start a new one', field="id")
         existing = await worker_store.get(conn, worker_id)
         if existing is not None and existing["namespace_id"] != ns.id:
             raise Conflict(f'worker id "{worker_id}" is taken', field="id")
-        queue_ids = []
-        for name in names:
-            queue = await queue_store.get_queue(conn, ns.id, name)
-            if queue is None:
-                queue = await queue_store.insert_queue(
-                    conn,
-                    id=new_id("q"),
-                    namespace_id=ns.id,
-                    spec=parse_spec({"name": name}),
-                    now=now,
-                )
-            queue_ids.append(queue.id)
+        queue_ids = await _queues_for(conn, caller, ns.id, names, now)
         caps = request.capabilities
         values = {
             "id": worker_id,
             "namespace_id": ns.id,
-            "launch_id": request.launch_id,
+            "launch_id": launch_id,
             "runners": request.runners,
             "tags": request.tags,
             "capabilities": caps.model_dump(exclude_none=True),
@@ -119,8 +115,8 @@ async def hello(
             "cost_weight": caps.cost_weight,
         }
         await worker_store.upsert(conn, values=values, queue_ids=queue_ids, now=now)
-        if request.launch_id:
-            await launch_store.hello(conn, ns.id, request.launch_id, worker_id, now)
+        if launch_id:
+            await launch_store.hello(conn, ns.id, launch_id, worker_id, now)
     return {
         "id": worker_id,
         "namespace": ns.name,
@@ -129,6 +125,53 @@ async def hello(
         "lease_s": lease_s,
         "heartbeat_s": min(HEARTBEAT_S, lease_s / 3),
     }
+
+
+async def _bind_worker_token(
+    conn: AsyncConnection, caller: Principal, worker_id: str, launch_id: str | None
+) -> str:
+    """A worker token is minted for one launch, and acts for the one worker that launch
+    registers: hello binds it to that worker (403 for any other id, or another launch).
+    Returns the token's launch id."""
+    launch = await launch_store.for_token(conn, caller.token_id or "")
+    if launch is None:
+        raise Forbidden("this worker token belongs to no launch")
+    if launch_id not in (None, launch["id"]):
+        raise Forbidden(
+            f'this worker token was minted for launch "{launch["id"]}" and says hello only for it',
+            field="launch_id",
+        )
+    if not await ns_store.bind_token(conn, caller.token_id or "", worker_id):
+        raise Forbidden(
+            "this worker token is bound to another worker: one worker per launch token",
+            field="id",
+        )
+    return str(launch["id"])
+
+
+async def _queues_for(
+    conn: AsyncConnection, caller: Principal, namespace_id: str, names: Sequence[str], now: datetime
+) -> list[str]:
+    """The ids of the queues a hello names. A namespace (or the admin) token creates the
+    ones that do not exist yet; a worker token creates none (404): it may not write queues."""
+    queue_ids = []
+    for name in names:
+        queue = await queue_store.get_queue(conn, namespace_id, name)
+        if queue is None and caller.kind == "worker":
+            raise NotFound(
+                f'queue "{name}" not found: a worker token serves existing queues only',
+                field="queues",
+            )
+        if queue is None:
+            queue = await queue_store.insert_queue(
+                conn,
+                id=new_id("q"),
+                namespace_id=namespace_id,
+                spec=parse_spec({"name": name}),
+                now=now,
+            )
+        queue_ids.append(queue.id)
+    return queue_ids
 
 
 async def _worker(store: Store, caller: Principal, worker_id: str) -> WorkerRef:
@@ -142,7 +185,7 @@ async def _worker_in(conn: AsyncConnection, caller: Principal, worker_id: str) -
     row = await worker_store.get(conn, worker_id) if len(worker_id) <= 40 else None
     if row is None and len(worker_id) <= 40 and await worker_store.is_retired(conn, worker_id):
         raise Gone(f'worker "{worker_id}" was retired', field="id")
-    if row is None or not (caller.is_admin or row["namespace_id"] == caller.namespace_id):
+    if row is None or not _may_act_for(caller, row):
         raise NotFound(f'worker "{worker_id}" not found; say hello first', field="id")
     return WorkerRef(
         id=row["id"],
@@ -150,6 +193,16 @@ async def _worker_in(conn: AsyncConnection, caller: Principal, worker_id: str) -
         max_invocations=row["max_invocations"],
         reach=claims.Reach.of(row),
     )
+
+
+def _may_act_for(caller: Principal, row: RowMapping) -> bool:
+    """The admin acts for any worker, a namespace token for its namespace's, a worker
+    token for its own worker only."""
+    if caller.is_admin:
+        return True
+    if caller.kind == "worker" and row["id"] != caller.worker_id:
+        return False
+    return bool(row["namespace_id"] == caller.namespace_id)
 
 
 async def holder(store: Store, caller: Principal, worker_id: str) -> str:

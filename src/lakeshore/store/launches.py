@@ -141,6 +141,12 @@ async def in_flight_by_scope(
     return {key: counts.get(key, 0) for key in keys}
 
 
+async def for_token(conn: AsyncConnection, token_id: str) -> RowMapping | None:
+    """The launch a worker token was minted for."""
+    query = select(launches).where(L.token_id == token_id)
+    return (await conn.execute(query.limit(1))).mappings().first()
+
+
 async def for_worker(conn: AsyncConnection, worker_id: str) -> RowMapping | None:
     query = select(launches).where(L.worker_id == worker_id).order_by(L.created_at.desc())
     return (await conn.execute(query.limit(1))).mappings().first()

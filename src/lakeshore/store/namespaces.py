@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, insert, select, update
+from sqlalchemy import RowMapping, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.store.tables import namespaces, tokens
@@ -64,6 +64,19 @@ async def get_token(conn: AsyncConnection, token_id: str) -> RowMapping | None:
         .where(tokens.c.id == token_id, tokens.c.revoked_at.is_(None))
     )
     return (await conn.execute(query)).mappings().first()
+
+
+async def bind_token(conn: AsyncConnection, token_id: str, worker_id: str) -> bool:
+    """Bind a worker token to the one worker it may act for: True when it is now bound to
+    ``worker_id`` (or already was), False when it is bound to another. One statement, so
+    two hellos racing with one token cannot both win."""
+    done = await conn.execute(
+        update(tokens)
+        .where(tokens.c.id == token_id)
+        .where(or_(tokens.c.worker_id.is_(None), tokens.c.worker_id == worker_id))
+        .values(worker_id=worker_id)
+    )
+    return done.rowcount == 1
 
 
 async def revoke_token(conn: AsyncConnection, token_id: str, now: datetime) -> None:
