@@ -36,9 +36,10 @@ Usage (from the repository root)::
 The lakeshore it runs is the one in the tree this file is in (``src/`` first on the
 processes' ``PYTHONPATH``), so a ``git worktree`` of a commit runs that commit. Exit
 status 0 when nothing was lost or completed twice, 1 when something was, 2 when the run
-itself failed. Every process it starts is stopped, and the scratch database dropped,
-before it returns: also on failure, Ctrl-C or SIGTERM. Logs and the ledger stay in a
-temp dir (printed) when the run fails, or with ``--keep``.
+itself failed, 130 when interrupted. Every process it starts is stopped, and the
+scratch database dropped, before it returns: also on failure, Ctrl-C or SIGTERM. Logs
+and the ledger stay in a temp dir (printed) when the run fails, or with ``--keep``.
+Results and what exactly is counted: ``docs/reliability.md``.
 """
 
 from __future__ import annotations
