@@ -637,17 +637,15 @@ class Runs:
 
     starts: Counter[int] = field(default_factory=Counter)
     ends: Counter[int] = field(default_factory=Counter)
-    daemons: defaultdict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
 
     @classmethod
     def read(cls, path: Path) -> Runs:
         runs = cls()
         text = path.read_text() if path.exists() else ""
         for line in text.splitlines():
-            kind, n, _pid, ppid, _at = line.split()
+            kind, n, _pid, _ppid, _at = line.split()
             if kind == "start":
                 runs.starts[int(n)] += 1
-                runs.daemons[int(n)].append(int(ppid))
             else:
                 runs.ends[int(n)] += 1
         return runs
@@ -814,6 +812,7 @@ def print_summary(
         ("  of which not held at any kill", f"{len(f.ran_twice_elsewhere):,}"),
         ("ran twice to the end", f"{f.finished_twice:,}"),
         ("runs beyond the invocation's leases", f"{f.without_lease:,}"),
+        ("succeeded with no run in the ledger", f"{f.succeeded_unrun:,}"),
         ("results accepted / leases granted", f"{f.accepted:,} / {f.leases:,}"),
         ("results refused as not held (daemon logs)", f"{refused:,}"),
         ("changes to an ended invocation", f"{len(f.left_final):,}"),
