@@ -67,7 +67,9 @@ async def test_a_retired_worker_is_refused_at_hello(
     )
     async with store.write() as conn:
         await conn.execute(
-            insert(retired_workers).values(id="w-old", namespace_id=ns_id, retired_at=clock.now)
+            insert(retired_workers).values(
+                id="w-old", name="w-old", namespace_id=ns_id, retired_at=clock.now
+            )
         )
     response = await api.post(f"{W}/hello", json={"id": "w-old"})
     assert response.status_code == 410

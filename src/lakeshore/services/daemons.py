@@ -40,7 +40,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def worker_json(row: dict[str, Any]) -> dict[str, Any]:
     return {
-        "id": row["id"],
+        "id": row["name"],
         "queues": row["queues"],
         "runners": row["runners"],
         "tags": row["tags"],
@@ -111,10 +111,11 @@ async def list_(store: Store, ns: Namespace, queue: str | None = None) -> dict[s
 async def kill(store: Store, ops: FleetOps, ns: Namespace, worker_id: str) -> dict[str, Any]:
     """Retire one idle daemon (its provider stops it); a busy one is refused."""
     async with store.read() as conn:
-        row = await worker_store.get(conn, worker_id) if len(worker_id) <= 40 else None
-    if row is None or row["namespace_id"] != ns.id:
+        found = len(worker_id) <= 40
+        row = await worker_store.get_by_name(conn, ns.id, worker_id) if found else None
+    if row is None:
         raise NotFound(f'daemon "{worker_id}" not found', field="id")
-    retired = await ops.retire(namespace_id=ns.id, worker_id=worker_id, reason="killed by hand")
+    retired = await ops.retire(namespace_id=ns.id, worker_id=row["id"], reason="killed by hand")
     if retired.failure is not None:
         raise ProviderFailed(retired.failure, field="id")
     if retired.status == "busy":

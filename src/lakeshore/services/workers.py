@@ -90,22 +90,18 @@ async def hello(
         raise Forbidden("a worker's namespace comes from its token")
     else:
         ns = await ns_service.resolve(store, caller, caller.namespace or "")
-    worker_id = request.id or caller.worker_id or new_id("wkr")
     names = sorted(set(request.queues)) or ["default"]
     async with store.write() as conn:
+        name, worker_id = await _identify(conn, caller, ns.id, request.id)
         launch_id = request.launch_id
         if caller.kind == "worker":
             launch_id = await _bind_worker_token(conn, caller, worker_id, launch_id)
-        if await worker_store.is_retired(conn, worker_id):
-            raise Gone(f'worker "{worker_id}" was retired; start a new one', field="id")
-        existing = await worker_store.get(conn, worker_id)
-        if existing is not None and existing["namespace_id"] != ns.id:
-            raise Conflict(f'worker id "{worker_id}" is taken', field="id")
         queue_ids = await _queues_for(conn, caller, ns.id, names, now)
         caps = request.capabilities
         values = {
             "id": worker_id,
             "namespace_id": ns.id,
+            "name": name,
             "launch_id": launch_id,
             "runners": request.runners,
             "tags": request.tags,
@@ -118,13 +114,33 @@ async def hello(
         if launch_id:
             await launch_store.hello(conn, ns.id, launch_id, worker_id, now)
     return {
-        "id": worker_id,
+        "id": name,
         "namespace": ns.name,
         "queues": names,
         "max_invocations": caps.max_invocations,
         "lease_s": lease_s,
         "heartbeat_s": min(HEARTBEAT_S, lease_s / 3),
     }
+
+
+async def _identify(
+    conn: AsyncConnection, caller: Principal, namespace_id: str, asked: str | None
+) -> tuple[str, str]:
+    """The worker a hello registers or refreshes: the id its namespace knows it by, and the
+    row's key. Ids are the namespace's own: another namespace using the same id is neither
+    refused nor told (the newcomer's row gets a fresh key); a retired id is refused (410)."""
+    name = asked
+    if name is None and caller.worker_id:  # a worker token's own worker, saying hello again
+        bound = await worker_store.get(conn, caller.worker_id)
+        name = str(bound["name"]) if bound is not None else caller.worker_id
+    name = name or new_id("wkr")
+    existing = await worker_store.get_by_name(conn, namespace_id, name)
+    if existing is not None:
+        return name, str(existing["id"])
+    if await worker_store.is_retired_name(conn, namespace_id, name):
+        raise Gone(f'worker "{name}" was retired; start a new one', field="id")
+    key = new_id("wkr") if await worker_store.key_taken(conn, name) else name
+    return name, key
 
 
 async def _bind_worker_token(
@@ -182,8 +198,8 @@ async def _worker(store: Store, caller: Principal, worker_id: str) -> WorkerRef:
 async def _worker_in(conn: AsyncConnection, caller: Principal, worker_id: str) -> WorkerRef:
     """The worker the caller may act for, read in the caller's transaction (404 unknown or
     another namespace's, 410 retired)."""
-    row = await worker_store.get(conn, worker_id) if len(worker_id) <= 40 else None
-    if row is None and len(worker_id) <= 40 and await worker_store.is_retired(conn, worker_id):
+    row = await _lookup(conn, caller, worker_id) if len(worker_id) <= 40 else None
+    if row is None and len(worker_id) <= 40 and await _was_retired(conn, caller, worker_id):
         raise Gone(f'worker "{worker_id}" was retired', field="id")
     if row is None or not _may_act_for(caller, row):
         raise NotFound(f'worker "{worker_id}" not found; say hello first', field="id")
@@ -193,6 +209,22 @@ async def _worker_in(conn: AsyncConnection, caller: Principal, worker_id: str) -
         max_invocations=row["max_invocations"],
         reach=claims.Reach.of(row),
     )
+
+
+async def _lookup(conn: AsyncConnection, caller: Principal, worker_id: str) -> RowMapping | None:
+    """The worker a path's id names: the caller's namespace's (the admin's: the worker
+    with that key, else the one worker of that id)."""
+    if not caller.is_admin:
+        return await worker_store.get_by_name(conn, caller.namespace_id or "", worker_id)
+    return await worker_store.get(conn, worker_id) or await worker_store.only_by_name(
+        conn, worker_id
+    )
+
+
+async def _was_retired(conn: AsyncConnection, caller: Principal, worker_id: str) -> bool:
+    if caller.is_admin:
+        return await worker_store.is_retired(conn, worker_id)
+    return await worker_store.is_retired_name(conn, caller.namespace_id or "", worker_id)
 
 
 def _may_act_for(caller: Principal, row: RowMapping) -> bool:

@@ -232,12 +232,13 @@ async def unretire(conn: AsyncConnection, worker_id: str) -> None:
 async def retire(
     conn: AsyncConnection, worker_id: str, namespace_id: str, reason: str, now: datetime
 ) -> None:
-    """The worker's row goes and its id is refused at hello from now on."""
-    await conn.execute(delete(workers).where(W.id == worker_id))
+    """The worker's row goes and its id is refused at hello in its namespace from now on."""
+    gone = await conn.execute(delete(workers).where(W.id == worker_id).returning(W.name))
+    name = gone.scalar_one_or_none() or worker_id
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     await conn.execute(
         dialect_insert(retired_workers)
-        .values(id=worker_id, namespace_id=namespace_id, retired_at=now, reason=reason)
+        .values(id=worker_id, namespace_id=namespace_id, name=name, retired_at=now, reason=reason)
         .on_conflict_do_nothing()
     )
 

@@ -102,8 +102,9 @@ providers = Table(
 workers = Table(
     "workers",
     metadata,
-    Column("id", ID, primary_key=True),
+    Column("id", ID, primary_key=True),  # the key leases, launches and memberships use
     Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    Column("name", ID, nullable=False),  # the id its namespace knows it by (0003)
     Column("launch_id", ID, nullable=True),
     Column("runners", Json, nullable=False),
     Column("tags", Json, nullable=False),
@@ -117,6 +118,7 @@ workers = Table(
     Index(None, "namespace_id"),
     Index(None, "last_seen_at"),  # the reaper's sweep for silent workers
     Index(None, "launch_id"),
+    Index(None, "namespace_id", "name", unique=True),
 )
 
 worker_queues = Table(
@@ -130,10 +132,12 @@ worker_queues = Table(
 retired_workers = Table(
     "retired_workers",
     metadata,
-    Column("id", ID, primary_key=True),  # refused at hello once retired
+    Column("id", ID, primary_key=True),
     Column("namespace_id", ID, nullable=False),
+    Column("name", ID, nullable=False),  # refused at hello in its namespace once retired
     Column("retired_at", UTCDateTime(), nullable=False),
     Column("reason", Text, nullable=True),
+    Index(None, "namespace_id", "name", unique=True),
 )
 
 invocations = Table(

@@ -34,12 +34,38 @@ _SUBSCRIBED = (*_DISPATCHING, "paused")  # own queues: paused ones count for the
 
 
 async def is_retired(conn: AsyncConnection, worker_id: str) -> bool:
+    """Whether the worker with this key was retired."""
     query = select(retired_workers.c.id).where(retired_workers.c.id == worker_id)
     return (await conn.execute(query)).first() is not None
 
 
+async def is_retired_name(conn: AsyncConnection, namespace_id: str, name: str) -> bool:
+    """Whether the namespace retired a worker of this id."""
+    r = retired_workers.c
+    query = select(r.id).where(r.namespace_id == namespace_id, r.name == name)
+    return (await conn.execute(query)).first() is not None
+
+
+async def key_taken(conn: AsyncConnection, key: str) -> bool:
+    """Whether a worker, live or retired, of any namespace has this key."""
+    return await get(conn, key) is not None or await is_retired(conn, key)
+
+
 async def get(conn: AsyncConnection, worker_id: str) -> RowMapping | None:
+    """The worker with this key."""
     return (await conn.execute(select(workers).where(W.id == worker_id))).mappings().first()
+
+
+async def get_by_name(conn: AsyncConnection, namespace_id: str, name: str) -> RowMapping | None:
+    """The namespace's worker of this id."""
+    query = select(workers).where(W.namespace_id == namespace_id, W.name == name)
+    return (await conn.execute(query)).mappings().first()
+
+
+async def only_by_name(conn: AsyncConnection, name: str) -> RowMapping | None:
+    """The one worker of any namespace with this id (None when none, or several)."""
+    rows = (await conn.execute(select(workers).where(W.name == name).limit(2))).mappings().all()
+    return rows[0] if len(rows) == 1 else None
 
 
 async def upsert(
