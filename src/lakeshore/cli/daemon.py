@@ -14,12 +14,11 @@ from lakeshore.cli.client import CliError
 from lakeshore.daemon import runner as runner_module
 from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
 from lakeshore.defaults import read_local_admin_token as local_admin_token
+from lakeshore.domain import runners as daemon_runners
 
 app = typer.Typer(
     help="Run a worker daemon here, or launch, list and kill daemons.", no_args_is_help=True
 )
-
-RUNNERS = ("process",)
 
 
 @app.command("run")
@@ -86,10 +85,11 @@ def run(
     """
     cli = context.get(ctx)
     runners = runner or ["process"]
-    unknown = sorted(set(runners) - set(RUNNERS))
+    unknown = daemon_runners.unknown(runners)
     if unknown:
         raise typer.BadParameter(
-            f"unknown runner {', '.join(unknown)}; available: process", param_hint="--runner"
+            f"unknown runner {', '.join(unknown)}; available: {', '.join(daemon_runners.RUNNERS)}",
+            param_hint="--runner",
         )
     token = cli.token or local_admin_token()
     if not token:

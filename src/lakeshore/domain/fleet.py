@@ -217,7 +217,7 @@ def launch_body(template: DaemonTemplate | None, membership: Sequence[str]) -> L
         return LaunchBody(queues=queues)
     return LaunchBody(
         queues=queues,
-        runners=_runners(template),
+        runners=template_runners(template),
         capacity=template.capacity if template.capacity is not None else DEFAULT_CAPACITY,
         cloud_tags=dict(template.cloud_tags or {}),
         bootstrap_script=template.bootstrap_script,
@@ -227,7 +227,9 @@ def launch_body(template: DaemonTemplate | None, membership: Sequence[str]) -> L
     )
 
 
-def _runners(template: DaemonTemplate) -> tuple[str, ...]:
+def template_runners(template: DaemonTemplate) -> tuple[str, ...]:
+    """The runners a launched daemon is asked for (``runners``, else ``runner``, else
+    ``process``)."""
     if template.runners:
         return tuple(template.runners)
     if template.runner:

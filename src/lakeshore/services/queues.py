@@ -8,10 +8,11 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.domain import signals, states
+from lakeshore.domain import fleet, signals, states
+from lakeshore.domain import runners as daemon_runners
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.names import is_valid_name
-from lakeshore.domain.queue import Queue, merge_patch, parse_spec
+from lakeshore.domain.queue import Queue, QueueSpec, merge_patch, parse_spec
 from lakeshore.domain.states import Transition
 from lakeshore.errors import Conflict, NotFound
 from lakeshore.services.namespaces import Namespace
@@ -48,6 +49,7 @@ async def create(
     spec = parse_spec(body)
     if scalers is not None:
         scalers.check(spec.custom_scaler_udf)
+    _check_runners(spec)
     try:
         async with store.write() as conn:
             existing = await queue_store.get_queue(conn, ns.id, spec.name)
@@ -65,6 +67,16 @@ async def create(
             )
     except IntegrityError as exc:
         raise _taken(spec.name) from exc
+
+
+def _check_runners(spec: QueueSpec) -> None:
+    """A queue whose daemons Lakeshore launches (a ``providerRef``, or the template's own
+    ``provider``) names only runners a Lakeshore daemon has (422 otherwise)."""
+    template = spec.daemon_template
+    if template is not None and (spec.provider_ref or template.provider):
+        daemon_runners.require_known(
+            fleet.template_runners(template), field="daemonTemplate.runners"
+        )
 
 
 async def get(store: Store, ns: Namespace, name: str) -> Queue:
@@ -93,6 +105,7 @@ async def patch(
         spec = merge_patch(queue.spec, body)
         if scalers is not None and "customScalerUdf" in body:
             scalers.check(spec.custom_scaler_udf)
+        _check_runners(spec)
         return await queue_store.update_spec(conn, queue, spec, now)
 
 
