@@ -182,6 +182,10 @@ def create_app(
         version=__version__,
         description="Elastic queues: task queues whose worker fleets scale themselves.",
         lifespan=lifespan,
+        # no redirect to the slash-less path: its Location would be built from the Host
+        # header a client sent; a trailing slash is a 404 like any other unknown path
+        redirect_slashes=False,
+        swagger_ui_oauth2_redirect_url=None,  # bearer tokens only: no OAuth2 page
     )
     errors.install(app)
     openapi.install(app)
