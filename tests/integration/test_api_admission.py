@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from lakeshore.services import workers as worker_service
+from lakeshore.services import reaper
 from lakeshore.store.engine import Store
 from tests.conftest import FakeClock
 
@@ -146,7 +146,7 @@ async def test_the_reaper_expires_overdue_work_no_claim_looks_at(
     clock.advance(11)  # past q's cutoff, within slow's
     fresh = (await submit(api)).json()
 
-    swept = await worker_service.reap(store, clock())
+    swept = await reaper.reap(store, clock())
 
     assert swept["expired"] == 1
 
@@ -160,7 +160,7 @@ async def test_the_reaper_expires_overdue_work_no_claim_looks_at(
     assert (await state(fresh["id"]))[0] == "pending"
     assert (await state(plain.json()["id"]))[0] == "pending"
     clock.advance(20)  # past slow's cutoff too
-    assert (await worker_service.reap(store, clock()))["expired"] == 2  # slow's and fresh
+    assert (await reaper.reap(store, clock()))["expired"] == 2  # slow's and fresh
     assert await state(slow["id"]) == ("expired", "not started within 30 s")
     assert await state(started["id"]) == ("pending", "again")
 
