@@ -40,3 +40,34 @@ def test_a_batch_larger_than_a_burst_waits_for_a_full_bucket() -> None:
     assert bucket.take(1, now=0.0) == 0.0
     assert bucket.take(5, now=0.0) == pytest.approx(0.5)
     assert bucket.take(5, now=0.5) == 0.0
+
+
+def test_an_oversized_batch_admitted_at_a_full_bucket_empties_it() -> None:
+    bucket = TokenBucket(rate=2.0)
+    assert bucket.take(5, now=0.0) == 0.0  # full at first use: the batch goes through
+    assert bucket.take(1, now=0.0) == pytest.approx(0.5)  # and the next submit waits
+    assert bucket.take(1, now=0.5) == 0.0
+
+
+def test_an_oversized_batch_waits_until_the_bucket_is_full() -> None:
+    bucket = TokenBucket(rate=4.0)
+    assert bucket.take(4, now=0.0) == 0.0
+    assert bucket.take(9, now=0.25) == pytest.approx(0.75)  # 1 of 4 tokens back: 3 to go
+    assert bucket.take(9, now=1.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("rate", "count", "now", "retry_after"),
+    [
+        (2.0, 2, 0.25, 0.75),  # 0.5 tokens back, 1.5 missing at 2 a second
+        (2.0, 1, 0.25, 0.25),
+        (0.5, 1, 1.0, 1.0),  # a slow rate: a burst of one, half of it back
+        (4.0, 4, 0.5, 0.5),  # a batch the size of a burst waits for the missing tokens only
+    ],
+)
+def test_retry_after_is_the_time_until_the_missing_tokens_are_back(
+    rate: float, count: int, now: float, retry_after: float
+) -> None:
+    bucket = TokenBucket(rate=rate)
+    assert bucket.take(int(bucket.capacity), now=0.0) == 0.0  # empty it
+    assert bucket.take(count, now=now) == pytest.approx(retry_after)
