@@ -1,0 +1,142 @@
+"""What a submit may carry, where a failed attempt leaves an invocation, and retry timing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lakeshore.domain.invocations import (
+    InvocationState,
+    Submit,
+    after_failure,
+    parse_submit,
+    priority_of,
+    retry_backoff_s,
+)
+from lakeshore.errors import InvalidInput
+
+
+def test_a_submit_takes_the_defaults_for_what_it_leaves_out() -> None:
+    assert parse_submit({"fn": "pkg.mod:fn"}) == Submit(
+        fn="pkg.mod:fn", args=[], kwargs={}, key=None, max_attempts=3, timeout_s=None
+    )
+
+
+def test_a_submit_keeps_everything_it_carries() -> None:
+    body = {
+        "fn": "pkg.mod:Cls.method",
+        "args": [1, "two"],
+        "kwargs": {"priority": 5},
+        "key": "k-1",
+        "max_attempts": 7,
+        "timeout_s": 2.5,
+    }
+    assert parse_submit(body).model_dump() == body
+
+
+# (body, where, field, exact message)
+REFUSED_SUBMITS = [
+    pytest.param(
+        ["pkg:fn"], "", None, "an invocation is a JSON object with at least `fn`",
+        id="not an object",
+    ),
+    pytest.param(
+        "pkg:fn", "invocations[3]", "invocations[3]",
+        "an invocation is a JSON object with at least `fn`", id="not an object, in a batch",
+    ),
+    pytest.param(
+        {"fn": "pkg:fn", "args": ["ok", "a\x00b"]}, "", "args[1]",
+        "args[1]: text may not contain NUL characters", id="NUL in args",
+    ),
+    pytest.param(
+        {"fn": "pkg:fn", "kwargs": {"x": "\x00"}}, "invocations[2]", "invocations[2].kwargs.x",
+        "invocations[2].kwargs.x: text may not contain NUL characters", id="NUL in a batch",
+    ),
+    pytest.param(
+        {"fn": "os.system"}, "", "fn",
+        "fn: 'os.system' is not an import path of the form \"package.module:function\"",
+        id="fn not an import path",
+    ),
+    pytest.param(
+        {"fn": "pkg:fn", "max_attempts": 0}, "invocations[1]", "invocations[1].max_attempts",
+        "invocations[1].max_attempts: Input should be greater than or equal to 1",
+        id="a refusal in a batch names its place",
+    ),
+    pytest.param(
+        {"fn": "pkg:fn", "timeout_s": "5"}, "", "timeout_s",
+        "timeout_s: Input should be a valid number", id="numeric string for timeout_s",
+    ),
+    pytest.param(
+        {"fn": "pkg:fn", "max_attempts": "3"}, "", "max_attempts",
+        "max_attempts: Input should be a valid integer", id="numeric string for max_attempts",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "where", "field", "message"), REFUSED_SUBMITS)
+def test_a_refused_submit_names_its_field_under_where(
+    body: Any, where: str, field: str | None, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_submit(body, where=where)
+    assert (caught.value.field, caught.value.message) == (field, message)
+
+
+def test_a_refusal_outside_a_batch_names_the_field_alone() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_submit({"fn": "pkg:fn", "key": ""})
+    assert caught.value.field == "key"
+    assert caught.value.message == "key: String should have at least 1 character"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "priority"),
+    [
+        ({"priority": 5}, None, 5.0),  # the default field
+        ({"priority": -2.5}, None, -2.5),
+        ({"urgency": 2, "priority": 9}, "urgency", 2.0),  # the queue's own field
+        ({"priority": 9}, "urgency", 0.0),  # the default is not read when a field is named
+        ({}, None, 0.0),
+        ({"priority": True}, None, 0.0),  # a bool is not a number here
+        ({"priority": "5"}, None, 0.0),
+        ({"priority": None}, None, 0.0),
+        ({"priority": float("inf")}, None, 0.0),
+        ({"priority": float("nan")}, None, 0.0),
+    ],
+)
+def test_priority_is_a_finite_number_or_zero(
+    kwargs: dict[str, Any], field: str | None, priority: float
+) -> None:
+    assert priority_of(kwargs, field) == priority
+
+
+@pytest.mark.parametrize(
+    ("attempts", "backoff"),
+    [(0, 1.0), (1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 60.0), (100, 60.0)],
+)
+def test_retry_backoff_doubles_from_one_second_up_to_a_minute(
+    attempts: int, backoff: float
+) -> None:
+    assert retry_backoff_s(attempts) == backoff
+
+
+def test_retry_backoff_takes_its_base_and_cap() -> None:
+    assert retry_backoff_s(3, base_s=0.5, cap_s=1.5) == 1.5
+    assert retry_backoff_s(2, base_s=0.5, cap_s=10.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("attempts", "max_attempts", "retry", "state"),
+    [
+        (1, 3, True, "pending"),
+        (2, 3, True, "pending"),
+        (3, 3, True, "failed"),  # the last attempt is spent
+        (4, 3, True, "failed"),
+        (1, 3, False, "failed"),  # an error that asks not to retry
+    ],
+)
+def test_a_failed_attempt_goes_back_to_pending_until_attempts_are_spent(
+    attempts: int, max_attempts: int, retry: bool, state: InvocationState
+) -> None:
+    assert after_failure(attempts, max_attempts, retry=retry) == state
