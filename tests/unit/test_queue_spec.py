@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from lakeshore.domain.kinds import normalize_elasticity_kind
-from lakeshore.domain.queue import QueueSpec, merge_patch, parse_spec
+from lakeshore.domain.queue import Queue, QueueSpec, merge_patch, parse_spec
 from lakeshore.errors import InvalidInput
 
 
@@ -344,3 +346,160 @@ def test_an_unknown_kind_with_a_surrogate_is_reported_encodably() -> None:
 
 def test_moderate_nesting_in_free_form_json_is_fine() -> None:
     assert parse_spec(spec(authPolicy=nested(20))).auth_policy == nested(20)
+
+
+# --- exact refusals, PATCH edges, numbers and the stored record ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ([], None, "a queue is a JSON object of its fields"),
+        (spec(id="q_1"), "id", "id is set by the server"),
+        (spec(namespaceId="ns"), "namespaceId", "namespaceId is set by the server"),
+        (
+            spec(state="paused"),
+            "state",
+            "state is set by the server; change it with drain, pause, resume, archive or unarchive",
+        ),
+        (
+            spec(elasticity={"kind": "Fixed"}),
+            "elasticity.kind",
+            'elasticity.kind: unknown kind "Fixed"; expected one of fixed, fully_elastic, '
+            "pool_with_threshold, max_count",
+        ),
+    ],
+)
+def test_refusals_say_exactly_what_is_wrong(body: Any, field: str | None, message: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec(body)
+    assert (caught.value.field, caught.value.message) == (field, message)
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "message"),
+    [
+        (["kind", "filo"], None, "a PATCH body is a JSON object of the fields to replace"),
+        ({"name": "other"}, "name", "a queue cannot be renamed"),
+    ],
+)
+def test_patch_refusals_say_exactly_what_is_wrong(
+    patch: Any, field: str | None, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        merge_patch(parse_spec(spec()), patch)
+    assert (caught.value.field, caught.value.message) == (field, message)
+
+
+@pytest.mark.parametrize("key", ["description", "providerRef", "elasticity", "admission"])
+def test_patch_null_for_a_field_the_queue_does_not_have_changes_nothing(key: str) -> None:
+    base = parse_spec(spec(kind="priority"))
+    assert merge_patch(base, {key: None}) == base
+
+
+def test_patch_naming_the_same_name_is_not_a_rename() -> None:
+    base = parse_spec(spec(description="d"))
+    assert merge_patch(base, {"name": "gpu", "description": "e"}).description == "e"
+
+
+@pytest.mark.parametrize(
+    ("elasticity", "message"),
+    [
+        (
+            {"kind": "pool_with_threshold", "threshold": 0.3},
+            "threshold_low (0.3, the default) must be below threshold (0.3)",
+        ),
+        (
+            {"kind": "pool_with_threshold", "threshold_low": 0.8},
+            "threshold_low (0.8) must be below threshold (0.8, the default)",
+        ),
+        (
+            {"kind": "pool_with_threshold", "threshold": 0.3, "threshold_low": 0.3},
+            "threshold_low (0.3) must be below threshold (0.3)",
+        ),
+    ],
+)
+def test_a_threshold_equal_to_its_low_default_or_written_is_refused(
+    elasticity: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec(spec(elasticity=elasticity))
+    assert caught.value.field == "elasticity.threshold_low"
+    assert caught.value.message == f"elasticity.threshold_low: {message}"
+
+
+def test_the_default_low_binds_only_the_kind_that_reads_it() -> None:
+    parsed = parse_spec(spec(elasticity={"kind": "fully_elastic", "threshold": 0.3}))
+    assert parsed.elasticity is not None and parsed.elasticity.threshold == 0.3
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (spec(kindParams={"temperature": "0.5"}), "kindParams.temperature"),
+        (spec(admission={"rate_limit": "2"}), "admission.rate_limit"),
+        (spec(admission={"deadline_cutoff_s": "60"}), "admission.deadline_cutoff_s"),
+        (spec(elasticity={"kind": "fixed", "threshold": "0.5"}), "elasticity.threshold"),
+        (spec(elasticity={"kind": "fixed", "threshold_low": "0.1"}), "elasticity.threshold_low"),
+        (spec(elasticity={"kind": "fixed", "steal_delay_s": "5"}), "elasticity.steal_delay_s"),
+    ],
+)
+def test_numeric_strings_are_not_numbers(body: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec(body)
+    assert caught.value.field == field
+    assert caught.value.message == f"{field}: Input should be a valid number"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            spec(authPolicy={"k": [float("nan")]}),
+            "k[0]: NaN and infinite numbers are not valid JSON",
+        ),
+        (spec(authPolicy="a\x00"), "text may not contain NUL characters"),
+        (
+            spec(elasticity={"kind": "fixed", "future": {"x": "\ud800"}}),
+            "future.x: text must be valid UTF-8 (it holds a lone surrogate)",
+        ),
+    ],
+)
+def test_a_stored_record_read_back_is_checked_for_what_no_store_keeps(
+    body: dict[str, Any], message: str
+) -> None:
+    # the store validates rows with the model itself, without parse_spec's whole-body check
+    with pytest.raises(ValidationError) as caught:
+        QueueSpec.model_validate(body)
+    assert [e["msg"] for e in caught.value.errors()] == [f"Value error, {message}"]
+
+
+def test_the_record_is_json_even_for_free_form_values_built_in_python() -> None:
+    built = QueueSpec.model_validate(spec(authPolicy={"roles": ("admin", "dev")}))
+    assert built.to_json() == {
+        "name": "gpu",
+        "kind": "fifo",
+        "authPolicy": {"roles": ["admin", "dev"]},
+    }
+
+
+def test_a_stored_queue_shows_its_server_fields_around_its_spec() -> None:
+    created = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    stored = Queue(
+        id="q_1",
+        namespace_id="ns_1",
+        spec=parse_spec(spec(kind="filo")),
+        state="paused",
+        created_at=created,
+        updated_at=created + timedelta(minutes=1),
+    )
+    assert stored.name == "gpu"
+    assert stored.to_json() == {
+        "id": "q_1",
+        "namespaceId": "ns_1",
+        "name": "gpu",
+        "kind": "filo",
+        "state": "paused",
+        "createdAt": "2026-01-02T03:04:05+00:00",
+        "updatedAt": "2026-01-02T03:05:05+00:00",
+    }
