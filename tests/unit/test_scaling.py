@@ -793,3 +793,136 @@ def test_any_scaler_answer_is_read_without_raising_and_within_bounds(
         assert ceiling is None or daemons + in_flight + 1 <= ceiling
     if decision.action == "scale_down":
         assert daemons - 1 >= policy.min
+
+
+# --- hints, pool targets and the clamped scaler's decision -------------------------------
+
+# (policy, signals, counters in, rule, exact hint)
+HINTS = [
+    pytest.param(
+        Policy("fixed"), sig(), Counters(), "fixed",
+        "fixed never scales; set elasticity.kind to scale automatically", id="fixed",
+    ),
+    pytest.param(
+        Policy("turbo"), sig(), Counters(), "unknown_kind",
+        "set elasticity.kind to fixed, fully_elastic, pool_with_threshold or max_count",
+        id="unknown kind",
+    ),
+    pytest.param(
+        fe(), sig(1, pending=3, in_flight=2), Counters(), "fully_elastic.in_flight",
+        "scales up when pending exceeds daemons + in flight (1 + 2)", id="in flight",
+    ),
+    pytest.param(
+        fe(max=4), sig(3, pending=4, in_flight=1), Counters(), "fully_elastic.in_flight",
+        "at max (4); raise max to scale up", id="in flight up to max",
+    ),
+    pytest.param(
+        fe(), sig(3, pending=3), Counters(), "fully_elastic.steady",
+        "scales up when pending exceeds daemons + in flight (3 + 0); "
+        "scales down when pending drops below daemons (3)",
+        id="steady",
+    ),
+    pytest.param(
+        fe(max=4), sig(4, pending=4), Counters(), "fully_elastic.steady",
+        "at max (4); raise max to scale up; scales down when pending drops below daemons (4)",
+        id="steady at max",
+    ),
+    pytest.param(
+        fe(min=2), sig(2, pending=2), Counters(), "fully_elastic.steady",
+        "scales up when pending exceeds daemons + in flight (2 + 0); "
+        "scales down only when min (2) is lowered",
+        id="steady at min",
+    ),
+    pytest.param(
+        mc(), sig(0), Counters(), "max_count.steady",
+        "at max (0) (unset → 0 for max_count); raise max to scale up; "
+        "scales down only when min (0) is lowered",
+        id="max_count with max unset",
+    ),
+    pytest.param(
+        pwt(), sig(1, util=0.5), Counters(), "pool_with_threshold.dead_band",
+        "scales up after 2 ticks at utilization >= 0.80, down after 2 ticks at <= 0.30",
+        id="dead band",
+    ),
+    pytest.param(
+        pwt(min=2), sig(2, util=0.1), Counters(0, 1), "pool_with_threshold.at_min",
+        "lower min below 2", id="pool at min",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("policy", "signals", "counters", "rule", "hint"), HINTS)
+def test_every_noop_says_what_would_make_it_scale(
+    policy: Policy, signals: Signals, counters: Counters, rule: str, hint: str
+) -> None:
+    decision = decide(policy, signals, counters)
+    assert (decision.action, decision.rule, decision.hint) == ("tick_noop", rule, hint)
+
+
+@pytest.mark.parametrize(
+    ("signals", "counters", "action", "target"),
+    [
+        (sig(3, util=0.9), Counters(1, 0), "scale_up", 4),  # one more than it has
+        (sig(3, util=0.9, in_flight=2), Counters(1, 0), "scale_up", 6),  # launches count
+        (sig(0, util=1.0), Counters(1, 0), "scale_up", 1),
+        (sig(3, util=0.1), Counters(0, 1), "scale_down", 2),  # one fewer
+        (sig(1, util=0.0, in_flight=2), Counters(0, 1), "scale_down", 0),
+    ],
+)
+def test_a_pool_step_aims_at_one_daemon_more_or_one_fewer(
+    signals: Signals, counters: Counters, action: str, target: int
+) -> None:
+    decision = decide(pwt(), signals, counters)
+    assert (decision.action, decision.target) == (action, target)
+
+
+@pytest.mark.parametrize(
+    ("signals", "counters"),
+    [
+        (sig(1, util=0.5), Counters()),  # dead band
+        (sig(1, util=0.9), Counters()),  # warming up
+        (sig(2, util=0.1), Counters()),  # cooling down
+    ],
+)
+def test_a_pool_noop_has_no_target(signals: Signals, counters: Counters) -> None:
+    assert decide(pwt(), signals, counters).target is None
+
+
+def test_formatting_shows_at_most_six_decimals() -> None:
+    decision = decide(pwt(), sig(1, util=0.7999999), Counters())
+    assert decision.reason == (
+        "utilization 0.800000 between 0.300000 and 0.800000 (dead band): counters reset"
+    )
+    decision = decide(pwt(), sig(1, util=0.79999), Counters())
+    assert decision.reason.startswith("utilization 0.79999 between 0.30000 and 0.80000 ")
+
+
+@pytest.mark.parametrize(
+    ("answer", "policy", "signals", "rule", "bound", "hint"),
+    [
+        ("scale_up", fe(max=4), sig(3, in_flight=1), "custom_scaler.at_max", "max",
+         "raise max above 4"),
+        ("scale_down", fe(min=2), sig(2), "custom_scaler.at_min", "min", "lower min below 2"),
+        ("bogus", fe(), sig(), "custom_scaler.invalid", None,
+         'the scaler must return "scale_up", "scale_down", "tick_noop" '
+         'or {"action": …, "reason": …}'),
+    ],
+)  # fmt: skip
+def test_a_scaler_noop_names_its_rule_and_what_to_change(
+    answer: object, policy: Policy, signals: Signals, rule: str, bound: str | None, hint: str
+) -> None:
+    decision = interpret_scaler_answer(answer, policy, signals)
+    assert decision == Decision("tick_noop", decision.reason, Counters(), rule, None, bound, hint)
+
+
+def test_a_failing_scaler_says_it_is_called_again() -> None:
+    decision = scaler_failed("boom")
+    assert decision.counters == Counters()
+    assert decision.hint == "fix the custom scaler; it is called again on the next tick"
+
+
+@pytest.mark.parametrize(
+    ("length", "shown"), [(499, "x" * 499), (500, "x" * 500), (501, "x" * 500 + "…")]
+)
+def test_a_scalers_text_is_quoted_up_to_500_characters(length: int, shown: str) -> None:
+    assert scaler_failed("x" * length).reason == f"custom scaler failed: {shown} — no-op"
