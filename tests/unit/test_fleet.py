@@ -326,3 +326,18 @@ def test_a_pool_launches_through_its_first_member_with_a_provider() -> None:
     third = queue("c", created=3, providerRef="kube", elasticity={"kind": "fixed", "pool": "p"})
     assert pool_launch_source([first, second, third]) is second
     assert pool_launch_source([first]) is first  # none has one: the first, for its reason
+
+
+def test_a_second_member_that_differs_is_named() -> None:
+    members = [pooled("a", "p", max=4), pooled("b", "p", max=5)]
+    assert pool_disagreements(members) == [
+        'queue "b" declares kind=fully_elastic min=0 max=5; the pool follows "a" '
+        "(kind=fully_elastic min=0 max=4)"
+    ]
+    assert pool_disagreements([]) == []
+
+
+@pytest.mark.parametrize("rule", [pool_policy, pool_launch_source])
+def test_an_empty_pool_is_refused_in_words(rule: Any) -> None:
+    with pytest.raises(ValueError, match=r"^a pool has at least one member queue$"):
+        rule([])

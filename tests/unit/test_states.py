@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from lakeshore.domain.states import QueueState, Transition, next_state
@@ -40,3 +42,19 @@ def test_transition_table(start: QueueState, action: Transition) -> None:
             next_state(start, action)
     else:
         assert next_state(start, action) == expected
+
+
+@pytest.mark.parametrize("action", ["drain", "pause", "resume"])
+def test_a_refusal_of_an_archived_queue_names_the_state_field(action: Transition) -> None:
+    with pytest.raises(Conflict) as caught:
+        next_state("archived", action)
+    assert caught.value.field == "state"
+    assert caught.value.message == f"queue is archived; run unarchive before {action}"
+
+
+def test_a_stored_state_this_server_does_not_know_is_refused_by_name() -> None:
+    unknown = cast(QueueState, "frozen")  # written by a newer server
+    with pytest.raises(Conflict) as caught:
+        next_state(unknown, "drain")
+    assert caught.value.field == "state"
+    assert caught.value.message == "cannot drain a queue that is frozen"
