@@ -1,0 +1,1106 @@
+"""Lakeshore against PgQueuer and Procrastinate: the same work, in one run, on one machine.
+
+For each system, on a fresh store (a new PostgreSQL database per peer and for Lakeshore on
+PostgreSQL, a SQLite file for Lakeshore on SQLite), one after the other:
+
+1. enqueue in batches: ``--batches`` x ``--batch-size`` jobs, after one warm-up batch;
+2. enqueue one call per job: ``--single`` sequential calls, after one warm-up call;
+3. drain ``--jobs`` no-op jobs, queued beforehand, with ``--workers`` worker processes,
+   each running up to ``--concurrency`` jobs at once: ``lakeshore daemon run --burst
+   --capacity C`` (talking to a real ``lakeshore server`` over HTTP), ``pgq run ... --mode
+   drain --batch-size C`` and ``procrastinate worker --one-shot --concurrency C`` (each
+   talking to PostgreSQL directly, as their users run them). Timed two ways: from the
+   first job taken (the queued count drops, polled every 10 ms) to the last worker's exit,
+   and from starting the workers to the last exit (start-up included);
+4. submit-to-start latency on one idle worker: ``--latency`` probes, one at a time, each
+   from the client's clock just before the enqueue call to the clock read as the function
+   body starts (it appends the time to a ledger file); for Lakeshore also
+   ``started_at - created_at`` as its store records it (what ``bench/taskqueue.py`` takes);
+5. warm state: ``--warm`` invocations of ``bench.peers_warm:work``, whose module takes
+   ``PEERS_SETUP_S`` (0.3 s) of CPU to import, drained by ``--workers`` workers; the module
+   appends a line to a ledger file at each import, so the count of set-ups and the time
+   spent in them come from the ledger whatever ran the function (a child per invocation,
+   ``--preload``, or long-lived children). Lakeshore runs it without and with ``--preload
+   bench.peers_warm``.
+
+It prints one table with the ratios Lakeshore / PgQueuer and Lakeshore / Procrastinate.
+
+Usage (from the repository root, after ``.venv/bin/pip install -r bench/requirements.txt``)::
+
+    .venv/bin/python bench/peers.py [--quick] [--only lakeshore|pgqueuer|procrastinate]
+
+Every process it starts leads its own process group and is stopped, and every database
+it creates dropped, before it returns, also on Ctrl-C, SIGTERM or a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import os
+import platform
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, ClassVar
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # bench.peers_* as the workers import them
+BIN = Path(sys.executable).parent
+LAKESHORE = BIN / "lakeshore"
+PROCRASTINATE = BIN / "procrastinate"
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+NS = "/v1/namespaces/default"
+NOOP_FN = "bench.peers_udf:noop"
+STAMP_FN = "bench.peers_udf:stamp"
+WARM_MODULE = "bench.peers_warm"
+WARM_FN = f"{WARM_MODULE}:work"
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+PROBE_TIMEOUT_S = 30.0
+PROBE_PAUSE_S = 0.05  # between latency probes, so each finds the worker idle
+SYSTEMS = ("pgqueuer", "procrastinate", "lakeshore-sqlite", "lakeshore-postgresql")
+PEERS = ("pgqueuer", "procrastinate")
+LAKESHORES = ("lakeshore-sqlite", "lakeshore-postgresql")
+TITLES = {
+    "pgqueuer": "PgQueuer",
+    "procrastinate": "Procrastinate",
+    "lakeshore-sqlite": "Lakeshore SQLite",
+    "lakeshore-postgresql": "Lakeshore PostgreSQL",
+}
+
+
+class BenchError(Exception):
+    pass
+
+
+# --- processes and databases, all released on the way out --------------------------------
+
+
+@dataclass
+class Resources:
+    """Every process and database the run made; ``close`` releases what is left."""
+
+    admin_url: str = DEFAULT_DATABASE_URL
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    databases: list[str] = field(default_factory=list)
+
+    def start(self, args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: Ctrl-C reaches only us, we stop it
+            )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+        """``sig`` to the process group, a bounded wait, then SIGKILL to the group."""
+        if proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=STOP_TIMEOUT_S)
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # anything it left in its group
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def create_database(self) -> str:
+        name = f"lakeshore_bench_{secrets.token_hex(4)}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.databases.append(name)
+        return self.admin_url.rsplit("/", 1)[0] + f"/{name}"
+
+    def drop_database(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if name in self.databases:
+            self.databases.remove(name)
+
+    def close(self) -> None:
+        for proc in list(reversed(self.procs)):
+            try:
+                self.stop(proc)
+            except Exception as exc:  # keep releasing the rest
+                print(f"could not stop pid {proc.pid}: {exc}", file=sys.stderr)
+        base = self.admin_url.rsplit("/", 1)[0]
+        for name in list(self.databases):
+            try:
+                self.drop_database(f"{base}/{name}")
+            except Exception as exc:
+                print(f"could not drop database {name}: {exc}", file=sys.stderr)
+
+
+RES = Resources()
+
+
+@contextmanager
+def database() -> Iterator[str]:
+    url = RES.create_database()
+    try:
+        yield url
+    finally:
+        RES.drop_database(url)
+
+
+def clean_env(**overrides: str) -> dict[str, str]:
+    drop = ("LAKESHORE_", "PEERS_", "PGQUEUER_", "PROCRASTINATE_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(overrides)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float, what: str) -> None:
+    for proc in procs:
+        try:
+            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"{what}: workers still running at the deadline") from None
+        if code != 0:
+            raise BenchError(f"{what}: a worker exited {code}")
+
+
+def wait_first_taken(
+    remaining: Callable[[], int], total: int, procs: list[subprocess.Popen[bytes]], deadline: float
+) -> float:
+    """Poll the queued count every 10 ms; the time it first drops below ``total``."""
+    while True:
+        if remaining() < total:
+            return time.perf_counter()
+        if all(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            raise BenchError("no job was taken (workers gone or deadline passed)")
+        time.sleep(0.01)
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of every child process this run has waited for (and their children)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds a running process has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_drain(
+    start: Callable[[], list[subprocess.Popen[bytes]]],
+    remaining: Callable[[], int],
+    total: int,
+    timeout_s: float,
+    what: str,
+    server_pid: int | None = None,
+) -> dict[str, float]:
+    """Start the workers, wait for all to exit: jobs/s from the first taken and wall, and
+    the CPU the workers (with their children) and the server used, in ms per job."""
+    procs: list[subprocess.Popen[bytes]] = []
+    cpu_before = children_cpu_s()
+    server_before = process_cpu_s(server_pid) if server_pid else 0.0
+    try:
+        started = time.perf_counter()
+        procs = start()
+        deadline = time.monotonic() + timeout_s
+        first = wait_first_taken(remaining, total, procs, deadline)
+        wait_all(procs, deadline, what)
+        ended = time.perf_counter()
+        measured = {
+            "drain": total / (ended - first),
+            "drain_wall": total / (ended - started),
+            "drain_worker_cpu": (children_cpu_s() - cpu_before) * 1000 / total,
+        }
+        if server_pid:
+            measured["drain_server_cpu"] = (
+                (process_cpu_s(server_pid) - server_before) * 1000 / total
+            )
+    finally:
+        for proc in procs:
+            RES.stop(proc)
+    return measured
+
+
+# --- ledgers -------------------------------------------------------------------------------
+
+
+class Ledger:
+    """Reads the ``TAG TIME`` lines ``bench.peers_udf.stamp`` appends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.seen: dict[str, float] = {}
+        path.touch()
+
+    def poll(self) -> None:
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # whole lines only
+        self.offset += end
+        for line in data[:end].decode().splitlines():
+            tag, at = line.split()
+            self.seen[tag] = float(at)
+
+    def wait(self, tag: str, timeout_s: float = PROBE_TIMEOUT_S) -> float:
+        deadline = time.monotonic() + timeout_s
+        while tag not in self.seen:
+            if time.monotonic() > deadline:
+                raise BenchError(f"latency probe {tag} did not start in {timeout_s:.0f}s")
+            time.sleep(0.001)
+            self.poll()
+        return self.seen[tag]
+
+
+def read_setups(path: Path) -> tuple[int, float]:
+    """(set-ups run, seconds spent in them) from ``bench.peers_warm``'s ledger."""
+    if not path.exists():
+        return 0, 0.0
+    runs, spent = 0, 0.0
+    for line in path.read_text().splitlines():
+        _, _pid, _ppid, start, end = line.split()
+        runs += 1
+        spent += float(end) - float(start)
+    return runs, spent
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+# --- options -----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One system's run: its options, scratch dir and results."""
+
+    system: str
+    opts: argparse.Namespace
+    workdir: Path
+    results: dict[str, float] = field(default_factory=dict)
+
+    def log(self, name: str) -> Path:
+        return self.workdir / f"{name}.log"
+
+
+# --- Lakeshore -----------------------------------------------------------------------------
+
+
+def check(response: httpx.Response, *codes: int) -> Any:
+    if response.status_code not in codes:
+        raise BenchError(f"{response.request.url}: {response.status_code} {response.text[:300]}")
+    return response.json()
+
+
+@dataclass
+class Lakeshore:
+    run: Run
+    url: str
+    token: str
+    server: subprocess.Popen[bytes]
+    http: httpx.Client
+
+    def submit(self, queue: str, fn: str, args: list[Any] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"fn": fn, "args": args} if args else {"fn": fn}
+        return check(self.http.post(f"{NS}/queues/{queue}/invocations", json=body), 201)  # type: ignore[no-any-return]
+
+    def submit_batches(self, queue: str, fn: str, total: int) -> None:
+        size = self.run.opts.batch_size
+        for start in range(0, total, size):
+            items = [{"fn": fn}] * min(size, total - start)
+            path = f"{NS}/queues/{queue}/invocations/batch"
+            check(self.http.post(path, json={"invocations": items}), 201)
+
+    def stats(self, queue: str) -> dict[str, int]:
+        return check(self.http.get(f"{NS}/queues/{queue}/stats"), 200)["byState"]  # type: ignore[no-any-return]
+
+    def daemon(
+        self, queue: str, name: str, *, burst: bool, extra: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        env = clean_env(
+            LAKESHORE_URL=self.url,
+            LAKESHORE_TOKEN=self.token,
+            PEERS_SETUP_LEDGER=str(self.run.workdir / f"{queue}.setups"),
+        )
+        args = [str(LAKESHORE), "daemon", "run", "--queue", queue]
+        args += ["--capacity", str(self.run.opts.concurrency), *extra]
+        if burst:
+            args.append("--burst")
+        return RES.start(args, self.run.log(name), env)
+
+
+@contextmanager
+def lakeshore_server(db: str, run: Run) -> Iterator[Lakeshore]:
+    token = secrets.token_urlsafe(24)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    args = [str(LAKESHORE), "server", "--host", "127.0.0.1", "--port", str(port), "--db", db]
+    args += ["--data-dir", str(run.workdir / "data"), "--log-level", "warning"]
+    server = RES.start(args, run.log("server"), clean_env(LAKESHORE_ADMIN_TOKEN=token))
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if server.poll() is not None:
+                raise BenchError(f"server exited {server.returncode}; see {run.log('server')}")
+            with suppress(httpx.TransportError):
+                if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise BenchError(f"server not healthy in {STARTUP_TIMEOUT_S:.0f}s")
+            time.sleep(0.1)
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+            yield Lakeshore(run, url, token, server, http)
+    finally:
+        RES.stop(server)
+
+
+def ls_enqueue(ls: Lakeshore) -> None:
+    opts, results = ls.run.opts, ls.run.results
+    ls.submit_batches("enqueue-batch", NOOP_FN, opts.batch_size)  # warm-up, creates the queue
+    started = time.perf_counter()
+    ls.submit_batches("enqueue-batch", NOOP_FN, opts.batches * opts.batch_size)
+    results["batch"] = opts.batches * opts.batch_size / (time.perf_counter() - started)
+    ls.submit("enqueue-single", NOOP_FN)  # warm-up
+    started = time.perf_counter()
+    for _ in range(opts.single):
+        ls.submit("enqueue-single", NOOP_FN)
+    results["single"] = opts.single / (time.perf_counter() - started)
+
+
+def ls_drain(ls: Lakeshore) -> None:
+    opts = ls.run.opts
+    ls.submit_batches("drain", NOOP_FN, opts.jobs)
+
+    def start() -> list[subprocess.Popen[bytes]]:
+        procs = [ls.daemon("drain", f"drain-{n}", burst=True) for n in range(opts.workers)]
+        if opts.profile_dir:
+            profile_start(ls, procs[0])
+        return procs
+
+    try:
+        measured = timed_drain(
+            start,
+            lambda: ls.stats("drain")["pending"],
+            opts.jobs,
+            opts.timeout,
+            "drain",
+            server_pid=ls.server.pid,
+        )
+    finally:
+        profile_stop(ls)
+    by_state = ls.stats("drain")
+    if by_state["succeeded"] != opts.jobs:
+        raise BenchError(f"drain: expected {opts.jobs} succeeded, stats say {by_state}")
+    ls.run.results.update(measured)
+
+
+def parse_ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def ls_latency(ls: Lakeshore) -> None:
+    ledger = Ledger(ls.run.workdir / "latency.ledger")
+    ls.submit("latency", STAMP_FN, [str(ledger.path), "warmup"])  # creates the queue
+    daemon = ls.daemon("latency", "latency", burst=False)
+    client: list[float] = []
+    store: list[float] = []
+    try:
+        ledger.wait("warmup", timeout_s=60)
+        time.sleep(0.3)  # back to long-polling: the worker is idle
+        for n in range(ls.run.opts.latency):
+            tag = f"p{n}"
+            sent = time.time()
+            created = ls.submit("latency", STAMP_FN, [str(ledger.path), tag])
+            client.append((ledger.wait(tag) - sent) * 1000)
+            time.sleep(PROBE_PAUSE_S)
+            record = check(ls.http.get(f"{NS}/invocations/{created['id']}"), 200)
+            started = parse_ts(record["started_at"]) - parse_ts(record["created_at"])
+            store.append(started.total_seconds() * 1000)
+    finally:
+        RES.stop(daemon)
+    put_latency(ls.run.results, client, store)
+
+
+def put_latency(results: dict[str, float], client: list[float], store: list[float]) -> None:
+    results["lat_p50"], results["lat_p99"] = percentile(client, 50), percentile(client, 99)
+    if store:
+        results["store_p50"], results["store_p99"] = percentile(store, 50), percentile(store, 99)
+
+
+def ls_warm(ls: Lakeshore, preload: bool) -> None:
+    opts = ls.run.opts
+    queue = "warm-preload" if preload else "warm"
+    extra = ("--preload", WARM_MODULE) if preload else ()
+    ls.submit_batches(queue, WARM_FN, opts.warm)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        started = time.perf_counter()
+        for n in range(opts.workers):
+            procs.append(ls.daemon(queue, f"{queue}-{n}", burst=True, extra=extra))
+        wait_all(procs, time.monotonic() + opts.timeout, queue)
+        elapsed = time.perf_counter() - started
+    finally:
+        for proc in procs:
+            RES.stop(proc)
+    by_state = ls.stats(queue)
+    if by_state["succeeded"] != opts.warm:
+        raise BenchError(f"{queue}: expected {opts.warm} succeeded, stats say {by_state}")
+    put_warm(ls.run, "warm_pre" if preload else "warm", ls.run.workdir / f"{queue}.setups", elapsed)
+
+
+def put_warm(run: Run, key: str, ledger: Path, elapsed: float) -> None:
+    runs, spent = read_setups(ledger)
+    run.results[f"{key}_runs"] = runs
+    run.results[f"{key}_setup_s"] = spent
+    run.results[f"{key}_rate"] = run.opts.warm / elapsed
+
+
+def run_lakeshore(system: str, opts: argparse.Namespace) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix=f"peers-{system}-") as tmp:
+        run = Run(system, opts, Path(tmp))
+        store = database() if system == "lakeshore-postgresql" else nullpath(run)
+        with store as db, lakeshore_server(db, run) as ls:
+            steps: list[tuple[str, Callable[[], None]]] = [
+                ("enqueue", lambda: ls_enqueue(ls)),
+                ("drain", lambda: ls_drain(ls)),
+                ("latency", lambda: ls_latency(ls)),
+                ("warm state", lambda: ls_warm(ls, preload=False)),
+                ("warm state, --preload", lambda: ls_warm(ls, preload=True)),
+            ]
+            run_steps(run, steps)
+        return run.results
+
+
+@contextmanager
+def nullpath(run: Run) -> Iterator[str]:
+    yield str(run.workdir / "bench.db")
+
+
+def run_steps(run: Run, steps: list[tuple[str, Callable[[], None]]]) -> None:
+    for name, step in steps:
+        before = set(run.results)
+        started = time.perf_counter()
+        step()
+        shown = ", ".join(f"{k} {fmt(k, run.results[k])}" for k in run.results if k not in before)
+        print(f"  {name} ({time.perf_counter() - started:.0f} s): {shown}", flush=True)
+
+
+# --- profiling (optional: py-spy, not a requirement) ---------------------------------------
+
+_profilers: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+
+def profile_start(ls: Lakeshore, daemon: subprocess.Popen[bytes]) -> None:
+    py_spy = shutil.which("py-spy", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if py_spy is None:
+        raise BenchError("--profile-dir needs py-spy (not a requirement of the project)")
+    out_dir = Path(ls.run.opts.profile_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    system = ls.run.system.removeprefix("lakeshore-")
+    for who, proc in (("server", ls.server), ("daemon", daemon)):
+        out = out_dir / f"{system}-{who}.txt"
+        args = [py_spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "100"]
+        args += ["--nonblocking", "--output", str(out)]
+        _profilers.append((RES.start(args, ls.run.log(f"py-spy-{who}"), clean_env()), out))
+
+
+def profile_stop(ls: Lakeshore) -> None:
+    while _profilers:
+        proc, out = _profilers.pop()
+        RES.stop(proc, signal.SIGINT)  # py-spy writes its output on SIGINT
+        if out.exists():
+            summary = summarise_profile(out)
+            out.with_suffix(".summary").write_text(summary)
+            print(f"  profile {out.name}:\n{summary}", flush=True)
+
+
+def summarise_profile(path: Path, top: int = 10) -> str:
+    """Where the samples of py-spy's collapsed stacks went, three ways.
+
+    By the package of the innermost frame (self time); by the innermost Lakeshore frame
+    (its own time plus the libraries it called); by the first frame under
+    ``lakeshore/api/routes`` or ``lakeshore/daemon`` (which route or daemon step).
+    """
+    leaf_pkg: Counter[str] = Counter()
+    deepest_own: Counter[str] = Counter()
+    entry: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = [parse_frame(f) for f in stack.split(";") if f]
+        if not frames:
+            continue
+        samples = int(count)
+        total += samples
+        leaf_pkg[frames[-1][1].split("/")[0].removesuffix(".py")] += samples
+        own = [f for f in frames if f[1].startswith("lakeshore/")]
+        deepest_own[own[-1][0] if own else "(no Lakeshore frame)"] += samples
+        routes = [f for f in own if f[1].startswith(("lakeshore/api/routes", "lakeshore/daemon"))]
+        entry[routes[0][0] if routes else "(other)"] += samples
+    if not total:
+        return "    no samples\n"
+    out = [f"    {total} samples (100 Hz, busy threads only)"]
+    for title, counter in (
+        ("innermost frame's package (self time)", leaf_pkg),
+        ("innermost Lakeshore frame (with the libraries it called)", deepest_own),
+        ("route handler or daemon step", entry),
+    ):
+        out.append(f"    {title}:")
+        out += [f"      {n / total:6.1%}  {name}" for name, n in counter.most_common(top)]
+    return "\n".join(out) + "\n"
+
+
+def parse_frame(frame: str) -> tuple[str, str]:
+    """``func (pkg/mod.py:12)`` -> (``func pkg/mod.py``, ``pkg/mod.py``)."""
+    func, _, where = frame.partition(" (")
+    file = where.rsplit(":", 1)[0].rstrip(")")
+    return f"{func} {file}", file
+
+
+# --- peers ---------------------------------------------------------------------------------
+
+
+class Peer:
+    """What differs between PgQueuer and Procrastinate; ``run_peer`` does the rest."""
+
+    name = ""
+
+    async def install(self, dsn: str) -> None:
+        raise NotImplementedError
+
+    async def enqueue(self, dsn: str, opts: argparse.Namespace) -> tuple[float, float]:
+        """(batch rate, single rate) on the "enqueue" jobs no worker serves."""
+        raise NotImplementedError
+
+    async def fill(self, dsn: str, kind: str, total: int, size: int) -> None:
+        raise NotImplementedError
+
+    async def probe(self, dsn: str, ledger: Ledger, count: int) -> list[float]:
+        raise NotImplementedError
+
+    def worker_args(self, kind: str, concurrency: int, burst: bool) -> list[str]:
+        raise NotImplementedError
+
+    def queued_sql(self) -> str:
+        """The count of still-queued jobs of one kind (``%s``, see ``queued_key``)."""
+        raise NotImplementedError
+
+    def queued_key(self, kind: str) -> str:
+        return kind
+
+    async def succeeded(self, dsn: str, kind: str) -> int:
+        raise NotImplementedError
+
+
+async def probe_loop(ledger: Ledger, count: int, enqueue: Callable[[str], Any]) -> list[float]:
+    """``count`` probes: enqueue one, wait for its body to start, pause; latencies in ms."""
+    await enqueue("warmup")
+    await asyncio.to_thread(ledger.wait, "warmup", 60)
+    await asyncio.sleep(0.3)
+    latencies = []
+    for n in range(count):
+        tag = f"p{n}"
+        sent = time.time()
+        await enqueue(tag)
+        latencies.append((await asyncio.to_thread(ledger.wait, tag) - sent) * 1000)
+        await asyncio.sleep(PROBE_PAUSE_S)
+    return latencies
+
+
+class PgQueuerPeer(Peer):
+    """PgQueuer on asyncpg: ``Queries.enqueue`` with lists for batches, scalars for one."""
+
+    name = "pgqueuer"
+
+    async def _queries(self, dsn: str) -> Any:
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        connection = await asyncpg.connect(dsn)
+        return connection, Queries(AsyncpgDriver(connection))
+
+    async def install(self, dsn: str) -> None:
+        connection, queries = await self._queries(dsn)
+        try:
+            await queries.install()
+        finally:
+            await connection.close()
+
+    async def enqueue(self, dsn: str, opts: argparse.Namespace) -> tuple[float, float]:
+        connection, q = await self._queries(dsn)
+        try:
+            size = opts.batch_size
+            names, payloads, priorities = ["enqueue"] * size, [None] * size, [0] * size
+            await q.enqueue(names, payloads, priorities)  # warm-up
+            started = time.perf_counter()
+            for _ in range(opts.batches):
+                await q.enqueue(names, payloads, priorities)
+            batch = opts.batches * size / (time.perf_counter() - started)
+            await q.enqueue("enqueue", None)  # warm-up
+            started = time.perf_counter()
+            for _ in range(opts.single):
+                await q.enqueue("enqueue", None)
+            return batch, opts.single / (time.perf_counter() - started)
+        finally:
+            await connection.close()
+
+    async def fill(self, dsn: str, kind: str, total: int, size: int) -> None:
+        connection, q = await self._queries(dsn)
+        try:
+            for start in range(0, total, size):
+                n = min(size, total - start)
+                await q.enqueue([kind] * n, [None] * n, [0] * n)
+        finally:
+            await connection.close()
+
+    async def probe(self, dsn: str, ledger: Ledger, count: int) -> list[float]:
+        connection, q = await self._queries(dsn)
+
+        async def enqueue(tag: str) -> None:
+            await q.enqueue("stamp", f"{ledger.path}\n{tag}".encode())
+
+        try:
+            return await probe_loop(ledger, count, enqueue)
+        finally:
+            await connection.close()
+
+    def worker_args(self, kind: str, concurrency: int, burst: bool) -> list[str]:
+        mode = "drain" if burst else "continuous"
+        return [sys.executable, "-m", "bench.peers_pgq", mode, str(concurrency)]
+
+    def queued_sql(self) -> str:
+        return "SELECT count(*) FROM pgqueuer WHERE entrypoint = %s AND status = 'queued'"
+
+    async def succeeded(self, dsn: str, kind: str) -> int:
+        connection, q = await self._queries(dsn)
+        try:
+            left = await connection.fetchval(
+                "SELECT count(*) FROM pgqueuer WHERE entrypoint = $1", kind
+            )
+            if left:
+                return -int(left)
+            stats = await q.log_statistics(limit=None)
+            return sum(s.count for s in stats if s.entrypoint == kind and s.status == "successful")
+        finally:
+            await connection.close()
+
+
+class ProcrastinatePeer(Peer):
+    """Procrastinate on its async ``PsycopgConnector``: ``defer_async``, ``batch_defer_async``."""
+
+    name = "procrastinate"
+    queues: ClassVar[dict[str, str]] = {"noop": "drain", "stamp": "latency", "warm": "warm"}
+    tasks: ClassVar[dict[str, str]] = {"noop": "drain_noop", "stamp": "stamp", "warm": "warm"}
+
+    @contextmanager
+    def app(self, dsn: str) -> Iterator[Any]:
+        import procrastinate
+        from bench.peers_procrastinate import app
+
+        with app.replace_connector(procrastinate.PsycopgConnector(conninfo=dsn)) as replaced:
+            yield replaced
+
+    async def install(self, dsn: str) -> None:
+        with self.app(dsn) as app:
+            async with app.open_async():
+                await app.schema_manager.apply_schema_async()
+
+    async def enqueue(self, dsn: str, opts: argparse.Namespace) -> tuple[float, float]:
+        with self.app(dsn) as app:
+            async with app.open_async():
+                task = app.tasks["enqueue_noop"]
+                batch = [{}] * opts.batch_size
+                await task.batch_defer_async(*batch)  # warm-up
+                started = time.perf_counter()
+                for _ in range(opts.batches):
+                    await task.batch_defer_async(*batch)
+                batch_rate = opts.batches * opts.batch_size / (time.perf_counter() - started)
+                await task.defer_async()  # warm-up
+                started = time.perf_counter()
+                for _ in range(opts.single):
+                    await task.defer_async()
+                return batch_rate, opts.single / (time.perf_counter() - started)
+
+    async def fill(self, dsn: str, kind: str, total: int, size: int) -> None:
+        with self.app(dsn) as app:
+            async with app.open_async():
+                task = app.tasks[self.tasks[kind]]
+                for start in range(0, total, size):
+                    await task.batch_defer_async(*([{}] * min(size, total - start)))
+
+    async def probe(self, dsn: str, ledger: Ledger, count: int) -> list[float]:
+        with self.app(dsn) as app:
+            async with app.open_async():
+                task = app.tasks["stamp"]
+
+                async def enqueue(tag: str) -> None:
+                    await task.defer_async(ledger=str(ledger.path), tag=tag)
+
+                return await probe_loop(ledger, count, enqueue)
+
+    def worker_args(self, kind: str, concurrency: int, burst: bool) -> list[str]:
+        args = [str(PROCRASTINATE), "--app=bench.peers_procrastinate.app", "worker"]
+        args += [f"--queues={self.queues[kind]}", f"--concurrency={concurrency}"]
+        return [*args, "--one-shot" if burst else "--wait"]
+
+    def queued_sql(self) -> str:
+        return "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = %s AND status = 'todo'"
+
+    def queued_key(self, kind: str) -> str:
+        return self.queues[kind]
+
+    async def succeeded(self, dsn: str, kind: str) -> int:
+        sql = "SELECT count(*) FROM procrastinate_jobs WHERE queue_name = %s AND status = %s"
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            cursor = await conn.execute(sql, (self.queues[kind], "succeeded"))
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+
+@dataclass
+class PeerRun:
+    peer: Peer
+    run: Run
+    dsn: str
+    conns: list[psycopg.Connection[Any]] = field(default_factory=list)
+
+    def workers(self, kind: str, *, burst: bool, count: int) -> list[subprocess.Popen[bytes]]:
+        env = clean_env(
+            PEERS_DSN=self.dsn, PEERS_SETUP_LEDGER=str(self.run.workdir / f"{kind}.setups")
+        )
+        args = self.peer.worker_args(kind, self.run.opts.concurrency, burst)
+        return [RES.start(args, self.run.log(f"{kind}-{n}"), env) for n in range(count)]
+
+    def queued(self, kind: str) -> Callable[[], int]:
+        conn = psycopg.connect(self.dsn, autocommit=True)
+        self.conns.append(conn)
+        sql, key = self.peer.queued_sql(), self.peer.queued_key(kind)
+
+        def count() -> int:
+            row = conn.execute(sql, (key,)).fetchone()
+            return int(row[0]) if row else 0
+
+        return count
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+
+    def enqueue(self) -> None:
+        self.run.results["batch"], self.run.results["single"] = asyncio.run(
+            self.peer.enqueue(self.dsn, self.run.opts)
+        )
+
+    def drain(self) -> None:
+        opts = self.run.opts
+        asyncio.run(self.peer.fill(self.dsn, "noop", opts.jobs, opts.batch_size))
+        measured = timed_drain(
+            lambda: self.workers("noop", burst=True, count=opts.workers),
+            self.queued("noop"),
+            opts.jobs,
+            opts.timeout,
+            f"{self.peer.name} drain",
+        )
+        self.expect("noop", opts.jobs)
+        self.run.results.update(measured)
+
+    def expect(self, kind: str, total: int) -> None:
+        done = asyncio.run(self.peer.succeeded(self.dsn, kind))
+        if done != total:
+            raise BenchError(f"{self.peer.name} {kind}: {done} succeeded, expected {total}")
+
+    def latency(self) -> None:
+        ledger = Ledger(self.run.workdir / "latency.ledger")
+        procs = self.workers("stamp", burst=False, count=1)
+        try:
+            client = asyncio.run(self.peer.probe(self.dsn, ledger, self.run.opts.latency))
+        finally:
+            for proc in procs:
+                RES.stop(proc)
+        put_latency(self.run.results, client, [])
+
+    def warm(self) -> None:
+        opts = self.run.opts
+        asyncio.run(self.peer.fill(self.dsn, "warm", opts.warm, opts.batch_size))
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            started = time.perf_counter()
+            procs = self.workers("warm", burst=True, count=opts.workers)
+            wait_all(procs, time.monotonic() + opts.timeout, f"{self.peer.name} warm")
+            elapsed = time.perf_counter() - started
+        finally:
+            for proc in procs:
+                RES.stop(proc)
+        self.expect("warm", opts.warm)
+        put_warm(self.run, "warm", self.run.workdir / "warm.setups", elapsed)
+
+
+def run_peer(peer: Peer, opts: argparse.Namespace) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix=f"peers-{peer.name}-") as tmp, database() as dsn:
+        pr = PeerRun(peer, Run(peer.name, opts, Path(tmp)), dsn)
+        try:
+            asyncio.run(peer.install(dsn))
+            steps: list[tuple[str, Callable[[], None]]] = [
+                ("enqueue", pr.enqueue),
+                ("drain", pr.drain),
+                ("latency", pr.latency),
+                ("warm state", pr.warm),
+            ]
+            run_steps(pr.run, steps)
+        finally:
+            pr.close()
+        return pr.run.results
+
+
+# --- the table -----------------------------------------------------------------------------
+
+# key, label, unit kind; ratios are Lakeshore / peer for every row.
+ROWS = [
+    ("batch", "enqueue, batches of {batch_size} (jobs/s)", "rate"),
+    ("single", "enqueue, one call per job (jobs/s)", "rate"),
+    ("drain", "drain {jobs} no-ops, {workers} workers, first taken→done (jobs/s)", "rate"),
+    ("drain_wall", "drain, wall incl. worker start-up (jobs/s)", "rate"),
+    ("drain_worker_cpu", "drain: CPU of workers + their children (ms/job)", "ms"),
+    ("drain_server_cpu", "drain: CPU of the Lakeshore server (ms/job)", "ms"),
+    ("lat_p50", "submit→start p50, call→body, idle worker (ms)", "ms"),
+    ("lat_p99", "submit→start p99, call→body, idle worker (ms)", "ms"),
+    ("store_p50", "submit→start p50, store's created→started (ms)", "ms"),
+    ("store_p99", "submit→start p99, store's created→started (ms)", "ms"),
+    ("warm_runs", "warm state, {warm} invocations: set-ups run", "count"),
+    ("warm_setup_s", "warm state: time in set-up, all processes (s)", "s"),
+    ("warm_rate", "warm state: invocations/s", "rate"),
+    ("warm_pre_runs", "warm state, --preload: set-ups run", "count"),
+    ("warm_pre_setup_s", "warm state, --preload: time in set-up (s)", "s"),
+    ("warm_pre_rate", "warm state, --preload: invocations/s", "rate"),
+]
+UNITS = {key: unit for key, _, unit in ROWS}
+
+
+def fmt(key: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    unit = UNITS.get(key, "rate")
+    if unit == "rate":
+        return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+    if unit == "count":
+        return f"{value:,.0f}"
+    return f"{value:,.2f}" if value < 1 else f"{value:,.1f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "—"
+    r = a / b
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.3f}x"
+
+
+def table(results: dict[str, dict[str, float]], opts: argparse.Namespace) -> str:
+    systems = [s for s in SYSTEMS if s in results]
+    pairs = [(ls, p) for p in PEERS for ls in LAKESHORES if ls in results and p in results]
+    heads = ["measure", *(TITLES[s] for s in systems)]
+    heads += [f"{TITLES[ls].split()[1]} ÷ {TITLES[p]}" for ls, p in pairs]
+    rows = []
+    for key, label, _ in ROWS:
+        values = [results[s].get(key) for s in systems]
+        if all(v is None for v in values):
+            continue
+        cells = [label.format(**vars(opts)), *(fmt(key, v) for v in values)]
+        cells += [ratio(results[ls].get(key), results[p].get(key)) for ls, p in pairs]
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [heads, *rows]) for i in range(len(heads))]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)) + " |"]
+    lines.append(
+        "|" + "|".join("-" * (w + 1) + (":" if i else "-") for i, w in enumerate(widths)) + "|"
+    )
+    for r in rows:
+        cells = [r[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def header() -> str:
+    def run(*args: str) -> str:
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip() or "?"
+
+    changed = run("git", "status", "--porcelain", "--", "src").splitlines()
+    model = "unknown"
+    with open("/proc/cpuinfo") as f:
+        model = next(
+            (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model
+        )
+    versions = ", ".join(
+        f"{p} {version(p)}" for p in ("pgqueuer", "asyncpg", "procrastinate", "psycopg", "uvloop")
+    )
+    return "\n".join(
+        [
+            f"commit: {run('git', 'rev-parse', '--short', 'HEAD')}"
+            + (f" (+ {len(changed)} uncommitted files under src/)" if changed != ["?"] else ""),
+            f"machine: nproc {run('nproc')}, {model}",
+            f"python: {platform.python_version()}; {versions}",
+            f"postgresql: {server_version()}",
+            f"load average at start: {load()}",
+        ]
+    )
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
+
+
+def version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def server_version() -> str:
+    with psycopg.connect(RES.admin_url, autocommit=True) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]) if row else "?"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10_000, help="no-op jobs to drain")
+    parser.add_argument("--batches", type=int, default=10, help="batches to enqueue")
+    parser.add_argument("--batch-size", type=int, default=1_000, help="jobs per batch")
+    parser.add_argument("--single", type=int, default=1_000, help="one-call enqueues")
+    parser.add_argument("--latency", type=int, default=200, help="latency probes")
+    parser.add_argument("--warm", type=int, default=200, help="warm-state invocations")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes per drain")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="jobs at once per worker (Lakeshore's --capacity)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (small counts)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("lakeshore", "pgqueuer", "procrastinate", *LAKESHORES),
+        help="run only this system (repeatable; 'lakeshore' is both stores)",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=DEFAULT_DATABASE_URL,
+        help="a PostgreSQL database to connect to for creating (and dropping) scratch ones",
+    )
+    parser.add_argument("--timeout", type=float, default=600, help="max seconds per drain")
+    parser.add_argument(
+        "--profile-dir", help="record the Lakeshore server and a daemon with py-spy during drains"
+    )
+    opts = parser.parse_args()
+    if opts.quick:
+        opts.jobs, opts.batches, opts.single = 1_000, 2, 100
+        opts.latency, opts.warm = 20, 40
+    return opts
+
+
+def selected(opts: argparse.Namespace) -> list[str]:
+    if not opts.only:
+        return list(SYSTEMS)
+    chosen = set(opts.only)
+    if "lakeshore" in chosen:
+        chosen |= set(LAKESHORES)
+    return [s for s in SYSTEMS if s in chosen]
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def measure(system: str, opts: argparse.Namespace) -> dict[str, float]:
+    if system == "pgqueuer":
+        return run_peer(PgQueuerPeer(), opts)
+    if system == "procrastinate":
+        return run_peer(ProcrastinatePeer(), opts)
+    return run_lakeshore(system, opts)
+
+
+def main() -> int:
+    opts = parse_args()
+    RES.admin_url = opts.database_url
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGHUP, _interrupted)
+    results: dict[str, dict[str, float]] = {}
+    code = 0
+    try:
+        print(header(), flush=True)
+        print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}", flush=True)
+        for system in selected(opts):
+            print(f"[{TITLES[system]}]", flush=True)
+            results[system] = measure(system, opts)
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping every process, dropping every database", file=sys.stderr)
+        code = 130
+    except BenchError as exc:
+        print(f"\nfailed: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleaning
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        RES.close()
+    if results:
+        print()
+        print(table(results, opts))
+        print(
+            "\nratio = Lakeshore / peer: above 1 Lakeshore is faster on jobs/s rows,"
+            " slower on ms and set-up rows"
+        )
+        print(f"load average at the end: {load()}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
