@@ -56,7 +56,9 @@ def gather(cli: CliContext, namespace: str, file: ApplyFile) -> ServerState:
         return cli.client.request("GET", cli.ns_path(*segments, namespace=namespace), params=params)
 
     providers = {p["name"]: p for p in get("providers")["providers"]}
-    listed = get("queues", params={"include_archived": "true"})["queues"]
+    listed = cli.client.every_page(  # every page: a queue missed would be created again
+        cli.ns_path("queues", namespace=namespace), "queues", params={"include_archived": "true"}
+    )
     queues = {q["name"]: q for q in listed}
     fleets = {}
     for entry in file.daemons:

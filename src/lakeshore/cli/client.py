@@ -58,6 +58,21 @@ class ApiClient:
             return response.json() if response.content else None
         raise CliError(_refusal(response), status=response.status_code)
 
+    def every_page(self, path: str, key: str, *, params: dict[str, Any] | None = None) -> list[Any]:
+        """All the rows of a paged list (``{key: [...], "next_cursor"}``): each page in
+        turn, asked for with the cursor of the one before, until a page has none."""
+        rows: list[Any] = []
+        query = dict(params or {})
+        while True:
+            page = self.request("GET", path, params=query)
+            rows.extend(page[key])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return rows
+            if cursor == query.get("cursor"):
+                raise CliError(f"the server sent the same page of {key} twice; stopping")
+            query["cursor"] = cursor
+
     def events(self, path: str, *, params: dict[str, Any] | None = None) -> Iterator[Any]:
         """Server-sent events from ``path``: (event, id, data as JSON) as they arrive."""
         timeout = httpx.Timeout(30.0, read=60.0)  # the server pings every 15 s

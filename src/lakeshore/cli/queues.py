@@ -163,10 +163,10 @@ def list_(
     ] = False,
     as_json: Json = False,
 ) -> None:
-    """List the namespace's queues."""
+    """List the namespace's queues by name: all of them (the server's pages in turn)."""
     cli = context.get(ctx)
     params = {"include_archived": "true"} if include_archived else None
-    queues = cli.client.request("GET", cli.ns_path("queues"), params=params)["queues"]
+    queues = cli.client.every_page(cli.ns_path("queues"), "queues", params=params)
     if as_json:
         output.print_json(queues)
         return

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -14,12 +15,15 @@ from lakeshore.domain.ids import new_id
 from lakeshore.domain.names import is_valid_name
 from lakeshore.domain.queue import Queue, QueueSpec, merge_patch, parse_spec
 from lakeshore.domain.states import Transition
-from lakeshore.errors import Conflict, NotFound
+from lakeshore.errors import Conflict, InvalidInput, NotFound
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.scalers import Registry as ScalerRegistry
 from lakeshore.store import events as event_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store.engine import Store
+
+DEFAULT_PAGE: Final = 100
+MAX_PAGE: Final = 1000
 
 
 def _not_found(name: str) -> NotFound:
@@ -84,9 +88,35 @@ async def get(store: Store, ns: Namespace, name: str) -> Queue:
         return await _load(conn, ns, name)
 
 
-async def list_(store: Store, ns: Namespace, *, include_archived: bool = False) -> list[Queue]:
+@dataclass(frozen=True)
+class QueuePage:
+    """Queues in name order, and the cursor of the page after them (None: no more)."""
+
+    queues: list[Queue]
+    next_cursor: str | None
+
+
+async def list_page(
+    store: Store,
+    ns: Namespace,
+    *,
+    include_archived: bool = False,
+    limit: int = DEFAULT_PAGE,
+    cursor: str | None = None,
+) -> QueuePage:
+    """A page of the namespace's queues by name. The cursor is the page's last name, so
+    a queue created or archived meanwhile never shifts the pages after it; the same
+    ``include_archived`` is expected with every page."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"limit is 1-{MAX_PAGE}", field="limit")
+    if cursor and not is_valid_name(cursor):
+        raise InvalidInput("not a cursor this server issued", field="cursor")
     async with store.read() as conn:
-        return await queue_store.list_queues(conn, ns.id, include_archived=include_archived)
+        found = await queue_store.list_queues(
+            conn, ns.id, include_archived=include_archived, after=cursor or None, limit=limit + 1
+        )
+    page = found[:limit]
+    return QueuePage(page, page[-1].name if len(found) > limit else None)
 
 
 async def patch(

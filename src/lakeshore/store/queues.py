@@ -47,11 +47,23 @@ async def get_queue(
 
 
 async def list_queues(
-    conn: AsyncConnection, namespace_id: str, *, include_archived: bool = False
+    conn: AsyncConnection,
+    namespace_id: str,
+    *,
+    include_archived: bool = False,
+    after: str | None = None,
+    limit: int | None = None,
 ) -> list[Queue]:
-    query = select(queues).where(queues.c.namespace_id == namespace_id).order_by(queues.c.name)
+    """The namespace's queues by name: all of them, or a page of ``limit`` names after
+    ``after`` (keyset paging, on the ``(namespace_id, name)`` unique index)."""
+    query = select(queues).where(queues.c.namespace_id == namespace_id)
     if not include_archived:
         query = query.where(queues.c.state != "archived")
+    if after is not None:
+        query = query.where(queues.c.name > after)
+    query = query.order_by(queues.c.name)
+    if limit is not None:
+        query = query.limit(limit)
     return [queue_from_row(row) for row in (await conn.execute(query)).mappings()]
 
 

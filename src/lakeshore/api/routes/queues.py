@@ -43,14 +43,22 @@ RawBody = Annotated[Any, Body()]
 JsonOnly = Depends(_json_only)
 
 
-@router.get("", summary="List queues (archived ones only when asked)")
+@router.get("", summary="List queues by name, a page at a time (archived ones only when asked)")
 async def list_queues(
     ns: InNamespace,
     state: State,
     include_archived: Annotated[bool, Query(description="Include archived queues")] = False,
+    limit: Annotated[
+        int, Query(ge=1, le=queue_service.MAX_PAGE, description="Most queues in the page")
+    ] = queue_service.DEFAULT_PAGE,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="next_cursor of a page")
+    ] = None,
 ) -> dict[str, Any]:
-    found = await queue_service.list_(state.store, ns, include_archived=include_archived)
-    return {"queues": [queue.to_json() for queue in found]}
+    page = await queue_service.list_page(
+        state.store, ns, include_archived=include_archived, limit=limit, cursor=cursor
+    )
+    return {"queues": [queue.to_json() for queue in page.queues], "next_cursor": page.next_cursor}
 
 
 @router.post(
