@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL
 from lakeshore import __version__, files
 from lakeshore.api import errors, openapi
 from lakeshore.api.deps import AppState, Clock
+from lakeshore.api.head import HeadAsGet
 from lakeshore.api.limits import BodySizeLimit
 from lakeshore.api.routes import (
     admin,
@@ -190,6 +191,7 @@ def create_app(
     errors.install(app)
     openapi.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HeadAsGet)  # added last, so outermost: all the rest see the GET
     routers = (
         health.router,
         namespaces.router,

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
+from lakeshore.api import head
 from lakeshore.api.deps import InNamespace, State
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import streams as stream_service
@@ -125,9 +126,12 @@ async def stream_invocation(
     invocation_id: Annotated[str, Depends(_existing_invocation)],
     ns: InNamespace,
     state: State,
+    request: Request,
     after: Annotated[int, Query(ge=-1, description="Start after this item number")] = -1,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
 ) -> AsyncIterator[ServerSentEvent]:
+    if head.headers_only(request):
+        return  # a HEAD: the headers are the answer, no items are read
     if last_event_id is not None and last_event_id.strip().isdigit():
         after = max(after, int(last_event_id))
     async for event in stream_service.follow(
