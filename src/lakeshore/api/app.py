@@ -17,6 +17,7 @@ from lakeshore import __version__, files
 from lakeshore.api import errors, openapi
 from lakeshore.api.deps import AppState, Clock
 from lakeshore.api.head import HeadAsGet
+from lakeshore.api.inputs import TextOnly
 from lakeshore.api.limits import BodySizeLimit
 from lakeshore.api.routes import (
     admin,
@@ -190,6 +191,7 @@ def create_app(
     )
     errors.install(app)
     openapi.install(app)
+    app.add_middleware(TextOnly)  # ids and names reach the store as text
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(HeadAsGet)  # added last, so outermost: all the rest see the GET
     routers = (
