@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+from pydantic import AfterValidator
 
 from lakeshore.errors import InvalidInput, PayloadTooLarge
 
@@ -38,6 +40,19 @@ def _text_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "text must be valid UTF-8 (it holds a lone surrogate)"
     return None
+
+
+def check_text(value: str) -> str:
+    """``value`` itself, or ValueError (for a pydantic validator) when no store could keep it."""
+    reason = _text_problem(value)
+    if reason:
+        raise ValueError(reason)
+    return value
+
+
+# a request model's text that reaches the store as text (an id, a label): no NUL, no lone
+# surrogate, refused with the field named
+StorableText = Annotated[str, AfterValidator(check_text)]
 
 
 def find_unstorable(value: Any, path: str = "", depth: int = 0) -> Problem | None:

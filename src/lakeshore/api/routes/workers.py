@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
 class ClaimIn(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    timeout_s: Annotated[float, Field(ge=0)] | None = None
+    timeout_s: Annotated[float, Field(ge=0, le=3600)] | None = None
     max: Annotated[int, Field(ge=0, le=10_000)] | None = None
 
 
@@ -97,7 +97,10 @@ async def bye(worker_id: str, state: State, caller: Caller) -> dict[str, Any]:
 class HeartbeatIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     running: (
-        Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=10_000)] | None
+        Annotated[
+            list[Annotated[jsonsafe.StorableText, Field(max_length=64)]], Field(max_length=10_000)
+        ]
+        | None
     ) = None
 
 
@@ -161,7 +164,7 @@ async def fail(
 
 class ReportItemIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    id: Annotated[str, Field(min_length=1, max_length=64)]
+    id: Annotated[jsonsafe.StorableText, Field(min_length=1, max_length=64)]
     result: Any = None
     error: ErrorIn | None = None
     retry: bool = True
