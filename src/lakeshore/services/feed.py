@@ -23,6 +23,7 @@ from lakeshore.store.engine import Store
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
+MAX_EVENT_ID = 2**63 - 1  # event ids are BIGINTs (SQLite: its 64-bit integer)
 
 
 def event_json(row: Any) -> dict[str, Any]:
@@ -44,7 +45,7 @@ def event_json(row: Any) -> dict[str, Any]:
 def _cursor(cursor: str | None) -> int | None:
     if cursor is None:
         return None
-    if not cursor.isdigit() or len(cursor) > 19:
+    if not cursor.isascii() or not cursor.isdigit() or int(cursor) > MAX_EVENT_ID:
         raise InvalidInput("not a cursor this server issued", field="cursor")
     return int(cursor)
 

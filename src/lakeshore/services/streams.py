@@ -28,6 +28,7 @@ from lakeshore.store import wakeups
 from lakeshore.store.engine import Store
 
 MAX_ITEMS_PER_APPEND = 1000
+MAX_SEQ = 2**31 - 1  # item numbers are INTEGERs
 READ_BATCH = 500
 RECHECK_S = 1.0  # the fallback when no wake-up arrives (e.g. a reaped lease)
 

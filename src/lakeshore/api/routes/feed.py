@@ -15,7 +15,8 @@ Verbose = Annotated[bool, Query(description="Include tick_noop decisions")]
 Limit = Annotated[int, Query(ge=1, le=feed.MAX_PAGE)]
 Cursor = Annotated[str | None, Query(max_length=20, description="next_cursor of a page")]
 Since = Annotated[
-    int | None, Query(ge=0, description="Only events newer than this id (for following)")
+    int | None,
+    Query(ge=0, le=feed.MAX_EVENT_ID, description="Only events newer than this id (for following)"),
 ]
 
 

@@ -10,6 +10,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from lakeshore.api import head
 from lakeshore.api.deps import InNamespace, State
+from lakeshore.errors import InvalidInput
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import streams as stream_service
 
@@ -112,6 +113,26 @@ async def _existing_invocation(invocation_id: str, ns: InNamespace, state: State
     return invocation_id
 
 
+def _resume_after(
+    after: Annotated[
+        int, Query(ge=-1, le=stream_service.MAX_SEQ, description="Start after this item number")
+    ] = -1,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+) -> int:
+    """The item number to start after: ``after`` or ``Last-Event-ID``, whichever is later
+    (a Last-Event-ID that is no number is ignored, as a stream's own ids are numbers).
+    422 before the stream starts for one past any item number."""
+    if last_event_id is None or not (last_event_id.isascii() and last_event_id.strip().isdigit()):
+        return after
+    resumed = int(last_event_id)
+    if resumed > stream_service.MAX_SEQ:
+        raise InvalidInput(
+            f"Last-Event-ID is an item number, at most {stream_service.MAX_SEQ}",
+            field="last-event-id",
+        )
+    return max(after, resumed)
+
+
 @router.get(
     "/invocations/{invocation_id}/stream",
     summary="Follow a generator invocation's items as server-sent events, then its end",
@@ -127,13 +148,10 @@ async def stream_invocation(
     ns: InNamespace,
     state: State,
     request: Request,
-    after: Annotated[int, Query(ge=-1, description="Start after this item number")] = -1,
-    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+    after: Annotated[int, Depends(_resume_after)],
 ) -> AsyncIterator[ServerSentEvent]:
     if head.headers_only(request):
         return  # a HEAD: the headers are the answer, no items are read
-    if last_event_id is not None and last_event_id.strip().isdigit():
-        after = max(after, int(last_event_id))
     async for event in stream_service.follow(
         state.store, state.notifier, ns, invocation_id, after_seq=after
     ):
