@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.domain import admission, jsonsafe
+from lakeshore.domain import admission, cursors, jsonsafe
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.invocations import Submit, parse_submit, priority_of
 from lakeshore.domain.names import NAME_RULE, is_valid_name
@@ -241,15 +241,7 @@ async def list_for_queue(
     limit: int,
     cursor: str | None,
 ) -> dict[str, Any]:
-    before = None
-    if cursor:
-        stamp, _, last_id = cursor.partition("|")
-        try:
-            before = (datetime.fromisoformat(stamp), last_id)
-        except ValueError as exc:
-            raise InvalidInput("not a cursor this server issued", field="cursor") from exc
-        if before[0].tzinfo is None or not last_id:
-            raise InvalidInput("not a cursor this server issued", field="cursor")
+    before = cursors.parse(cursor)
     async with store.read() as conn:
         queue = (
             await queue_store.get_queue(conn, ns.id, queue_name)
@@ -264,7 +256,7 @@ async def list_for_queue(
     next_cursor = None
     if len(rows) == limit:
         last = rows[-1]
-        next_cursor = f"{last['created_at'].isoformat()}|{last['id']}"
+        next_cursor = cursors.issue(last["created_at"], last["id"])
     return {"invocations": [to_json(row) for row in rows], "next_cursor": next_cursor}
 
 

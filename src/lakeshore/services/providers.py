@@ -10,7 +10,7 @@ cannot be removed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
@@ -18,7 +18,7 @@ from sqlalchemy import RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.domain import jsonsafe
+from lakeshore.domain import cursors, jsonsafe
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.names import Name, is_valid_name
 from lakeshore.domain.validation import invalid_input
@@ -192,34 +192,18 @@ def launch_json(row: RowMapping) -> dict[str, Any]:
     }
 
 
-def _parse_cursor(cursor: str | None) -> tuple[datetime, str] | None:
-    if not cursor:
-        return None
-    refusal = InvalidInput("not a cursor this server issued", field="cursor")
-    stamp, _, last_id = cursor.partition("|")
-    if not (last_id and last_id.isascii() and last_id.isprintable()):
-        raise refusal
-    try:
-        after = datetime.fromisoformat(stamp)
-        if after.tzinfo is None:
-            raise refusal
-        return after.astimezone(UTC), last_id
-    except (ValueError, OverflowError) as exc:  # not a time, or one UTC cannot hold
-        raise refusal from exc
-
-
 async def launches(
     store: Store, ns: Namespace, name: str, limit: int, cursor: str | None
 ) -> dict[str, Any]:
     """A provider's launches, newest first, ``limit`` a page; ``next_cursor`` continues."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"limit is 1-{MAX_PAGE}", field="limit")
-    before = _parse_cursor(cursor)
+    before = cursors.parse(cursor)
     async with store.read() as conn:
         await _load(conn, ns, name)
         rows = await launch_store.list_for_provider(conn, ns.id, name, limit=limit, before=before)
     next_cursor = None
     if len(rows) == limit:
         last = rows[-1]
-        next_cursor = f"{last['created_at'].isoformat()}|{last['id']}"
+        next_cursor = cursors.issue(last["created_at"], last["id"])
     return {"launches": [launch_json(row) for row in rows], "next_cursor": next_cursor}
