@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
@@ -63,12 +64,30 @@ def parse_submit(data: Any, *, where: str = "") -> Submit:
         raise invalid_input(exc, prefix=(where,) if where else ()) from exc
 
 
-def priority_of(kwargs: dict[str, Any], field: str | None) -> float:
-    """The priority a submit carries in ``kwargs[field]`` (0 when absent or not a number)."""
-    value = kwargs.get(field or DEFAULT_PRIORITY_FIELD)
+def priority_of(
+    kwargs: dict[str, Any], field: str | None, *, ordered: bool = False, where: str = ""
+) -> float:
+    """The priority a submit carries in ``kwargs[field]`` (0 when absent or not a number).
+
+    A JSON integer may be larger than any 64-bit float (``10**400``). To a queue ordered by
+    priority (``ordered``) such a submit is refused (naming the field under ``where``),
+    since it cannot be placed; elsewhere the priority orders nothing and it counts as 0,
+    like any other non-number."""
+    name = field or DEFAULT_PRIORITY_FIELD
+    value = kwargs.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        if ordered:
+            path = f"{where}.kwargs.{name}" if where else f"kwargs.{name}"
+            raise InvalidInput(
+                f"{path}: a priority is a number a 64-bit float holds "
+                f"(within ±{sys.float_info.max:.6g})",
+                field=path,
+            ) from None
+        return 0.0
     return number if math.isfinite(number) else 0.0
 
 

@@ -26,6 +26,7 @@ from lakeshore.store.engine import Store
 MAX_BATCH = 1000
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
+PRIORITY_ORDERED = ("priority", "boltzmann")  # the kinds whose claims go by priority
 
 
 def to_json(row: Any) -> dict[str, Any]:
@@ -73,9 +74,10 @@ async def _queue_for_submit(
 
 
 def _row(
-    ns: Namespace, queue: Queue, submit: Submit, now: datetime, position: int
+    ns: Namespace, queue: Queue, submit: Submit, now: datetime, position: int, where: str
 ) -> dict[str, Any]:
     field = queue.spec.kind_params.priority_field if queue.spec.kind_params else None
+    ordered = queue.spec.kind in PRIORITY_ORDERED
     return {
         "id": new_id("inv"),
         "namespace_id": ns.id,
@@ -84,7 +86,7 @@ def _row(
         "fn": submit.fn,
         "args": submit.args,
         "kwargs": submit.kwargs,
-        "priority": priority_of(submit.kwargs, field),
+        "priority": priority_of(submit.kwargs, field, ordered=ordered, where=where),
         "key": submit.key,
         "state": "pending",
         "attempts": 0,
@@ -147,6 +149,11 @@ async def _check_depth(conn: AsyncConnection, queue: Queue, incoming: int) -> No
     )
 
 
+def _places(count: int) -> list[str]:
+    """Where each submit of a request is, in the fields refusals name."""
+    return [f"invocations[{i}]" for i in range(count)] if count > 1 else [""] * count
+
+
 async def submit_many(
     store: Store,
     notifier: Notifier,
@@ -164,10 +171,8 @@ async def submit_many(
     whose ``on_full`` is ``block`` is retried for up to ``block_s`` seconds, then 429."""
     if not 1 <= len(bodies) <= MAX_BATCH:
         raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
-    submits = [
-        parse_submit(body, where=f"invocations[{i}]" if len(bodies) > 1 else "")
-        for i, body in enumerate(bodies)
-    ]
+    places = _places(len(bodies))
+    submits = [parse_submit(body, where=place) for body, place in zip(bodies, places, strict=True)]
     if max_payload_bytes is not None:
         for i, s in enumerate(submits):
             where = f"invocations[{i}]" if len(bodies) > 1 else "args"
@@ -184,13 +189,14 @@ async def submit_many(
         try:
             async with store.write() as conn:
                 queue = await _queue_for_submit(conn, ns, queue_name, now)
+                # before admission: a submit refused for its priority spends no rate
+                rows = [_row(ns, queue, s, now, i, places[i]) for i, s in enumerate(submits)]
                 # repeats of a used key are answered, never refused: only new rows are
                 # held to max_depth and paced by rate_limit
                 incoming = await _incoming(conn, queue, submits)
                 await _check_depth(conn, queue, incoming)
                 if incoming:
                     limiter.admit(queue, incoming, now)
-                rows = [_row(ns, queue, s, now, i) for i, s in enumerate(submits)]
                 stored = await inv_store.insert_many(conn, rows)
                 await wakeups.publish(conn, [queue.id])
             break
