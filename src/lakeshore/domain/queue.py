@@ -71,14 +71,28 @@ def _check_storable(value: Any) -> Any:
     return value
 
 
+MIN_RATE: Final = 1e-6  # a submit in 11.6 days
+
+
+def _slowest_rate(value: float) -> float:
+    # nearer 0, a refused submit's wait (its Retry-After) outgrows any clock, up to infinity
+    if value < MIN_RATE:
+        raise ValueError(f"a rate_limit is at least {MIN_RATE:g} submits a second")
+    return value
+
+
 def _check_import_path(value: str) -> str:
     if not _IMPORT_PATH_RE.fullmatch(value):
         raise ValueError(f'{value!r} is not an import path of the form "package.module:function"')
     return value
 
 
-Count = Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)]
-Positive = Annotated[float, Field(gt=0)]
+# Every number has a range the stores and the date arithmetic hold: counts fit an INTEGER
+# column, and a duration subtracted from (or added to) now stays within years 1-9999
+MAX_COUNT: Final = 2**31 - 1
+MAX_DURATION_S: Final = 10 * 365 * 24 * 3600  # ten years: 315,360,000 s
+Count = Annotated[int, Field(strict=True, ge=0, le=MAX_COUNT)]
+Duration = Annotated[float, Field(gt=0, le=MAX_DURATION_S)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Text = Annotated[StrictStr, Field(max_length=1024)]
 Label = Annotated[StrictStr, Field(min_length=1, max_length=256)]
@@ -89,17 +103,17 @@ FreeJson = Annotated[Any, AfterValidator(_check_storable)]
 class KindParams(BaseModel):
     model_config = _STRICT
 
-    temperature: Positive | None = None
+    temperature: Annotated[float, Field(gt=0, le=1e9)] | None = None
     priority_field: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
 
 
 class Admission(BaseModel):
     model_config = _STRICT
 
-    max_depth: Annotated[int, Field(strict=True, ge=1)] | None = None
+    max_depth: Annotated[int, Field(strict=True, ge=1, le=MAX_COUNT)] | None = None
     on_full: OnFull | None = None
-    rate_limit: Positive | None = None
-    deadline_cutoff_s: Positive | None = None
+    rate_limit: Annotated[float, Field(gt=0, le=1e9), AfterValidator(_slowest_rate)] | None = None
+    deadline_cutoff_s: Duration | None = None
 
 
 class Match(BaseModel):
@@ -123,7 +137,7 @@ class Elasticity(BaseModel):
     )
     pool: Name | None = None
     match: Match | None = None
-    steal_delay_s: Annotated[float, Field(ge=0)] | None = None
+    steal_delay_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S)] | None = None
 
     @field_validator("max")
     @classmethod
