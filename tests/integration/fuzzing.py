@@ -5,7 +5,10 @@ request the fuzz tests make checks the one property they all hold: whatever a ca
 sends, the answer is never a 5xx. ``assert_refusal`` checks a 4xx is in the error shape.
 
 ``serve`` runs the app in an event loop of the test's own (an anyio blocking portal) with
-its lifespan entered, for the schemathesis tests, which call it synchronously.
+its lifespan entered, for the schemathesis tests, which call it synchronously;
+``serve_fresh`` does so on a fresh store of its own, for a module-scoped fixture whose
+tests share one served app (``request.param`` names the store: ``sqlite`` or
+``postgresql``).
 
 Not a test module (no ``test_`` prefix); ``conftest.py`` has pytest rewrite its asserts.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,8 +29,10 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from asgi_lifespan import LifespanManager
 from hypothesis import strategies as st
 
+from lakeshore.api.app import create_app
+from lakeshore.config import Settings
 from lakeshore.domain.names import NAME_RE
-from tests.conftest import ADMIN
+from tests.conftest import ADMIN, ADMIN_TOKEN, FakeClock, create_pg_database, drop_pg_database
 
 BASE_URL = "http://lakeshore.test"
 QUEUES = "/v1/namespaces/default/queues"
@@ -88,6 +94,16 @@ async def send(
     return response
 
 
+@functools.cache
+def published_schema() -> dict[str, Any]:
+    """What the app serves at ``/openapi.json``; building it runs no lifespan, so nothing
+    is migrated."""
+    schema: dict[str, Any] = create_app(
+        Settings(database_url="sqlite://", admin_token=ADMIN_TOKEN)
+    ).openapi()
+    return schema
+
+
 def queue_url(name: str, ns: str = "default") -> str:
     return f"/v1/namespaces/{ns}/queues/{quote(name, safe='')}"
 
@@ -139,3 +155,33 @@ def serve(app: Any) -> Iterator[Served]:
         ) as client,
     ):
         yield Served(portal=portal, client=client)
+
+
+@contextmanager
+def serve_fresh(request: Any, tmp_path_factory: Any, **settings: Any) -> Iterator[Served]:
+    """The app (fake clock, no background loops) served on a new store of ``request.param``
+    (``sqlite``: a copy of the migrated template; ``postgresql``: a database of its own,
+    dropped after)."""
+    tmp = tmp_path_factory.mktemp("served")
+    pg_server = None
+    if request.param == "sqlite":
+        path = tmp / "lakeshore.db"
+        shutil.copy(request.getfixturevalue("sqlite_template"), path)
+        url = f"sqlite:///{path}"
+    else:
+        pg_server = request.getfixturevalue("pg_server")
+        url = create_pg_database(pg_server)
+    config = Settings(
+        database_url=url,
+        data_dir=tmp / "data",
+        admin_token=ADMIN_TOKEN,
+        reaper_interval_s=0,
+        elasticity_enabled=False,
+        **settings,
+    )
+    try:
+        with serve(create_app(config, clock=FakeClock())) as served:
+            yield served
+    finally:
+        if pg_server is not None:
+            drop_pg_database(pg_server, url)
