@@ -22,7 +22,10 @@ from lakeshore.services import fleet_ops
 from tests.conftest import FakeClock
 
 pytest.register_assert_rewrite(
-    "tests.integration.fuzzing", "tests.integration.daemons", "tests.integration.launches"
+    "tests.integration.fuzzing",
+    "tests.integration.edge_targets",
+    "tests.integration.daemons",
+    "tests.integration.launches",
 )
 
 
