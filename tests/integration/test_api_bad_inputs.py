@@ -15,7 +15,8 @@ nothing: the world seeded before it (a worker holding a running invocation, a pe
 a finished one, a queue in a pool with its events) reads back the same after it. The
 cases share one served app per store (``fuzzing.serve_fresh``), as none may change it.
 
-The last test holds the bounds themselves in range (the largest value taken).
+The last tests hold the bounds themselves in range (the largest value is taken), and a
+queue stored before its bounds readable (read at them).
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from lakeshore.domain.queue import MAX_DURATION_S
+from lakeshore.store.engine import Store
+from lakeshore.store.tables import queues
 from tests.conftest import (
     ADMIN,
     BACKENDS,
@@ -388,3 +392,21 @@ async def test_the_bound_itself_is_in_range(api: httpx.AsyncClient, edge: Edge) 
     if isinstance(edge.body, dict) and "kwargs" in edge.body:  # user data reads back whole
         got = await send(api, "GET", f"{NS}/invocations/{response.json()['id']}")
         assert got.json()["kwargs"] == edge.body["kwargs"]
+
+
+async def test_a_queue_stored_before_its_bounds_reads_at_them(
+    api: httpx.AsyncClient, store: Store
+) -> None:
+    assert (await api.post(f"{NS}/queues", json={"name": "old"})).status_code == 201
+    stored = {"deadline_cutoff_s": 1e9, "max_depth": 2**40, "rate_limit": 1e-9}
+    async with store.write() as conn:  # as a server without the bounds let it be written
+        await conn.execute(update(queues).where(queues.c.name == "old").values(admission=stored))
+    read = await send(api, "GET", f"{NS}/queues/old")
+    assert read.status_code == 200, read.text
+    assert read.json()["admission"] == {
+        "deadline_cutoff_s": MAX_DURATION_S,
+        "max_depth": 2**31 - 1,
+        "rate_limit": 1e-6,
+    }
+    listed = await send(api, "GET", f"{NS}/queues")
+    assert [q["admission"] for q in listed.json()["queues"]] == [read.json()["admission"]]

@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from lakeshore.domain import jsonsafe
 from lakeshore.domain.kinds import (
@@ -75,9 +76,14 @@ MIN_RATE: Final = 1e-6  # a submit in 11.6 days
 
 
 def _slowest_rate(value: float) -> float:
-    # nearer 0, a refused submit's wait (its Retry-After) outgrows any clock, up to infinity
+    # nearer 0, a refused submit's wait (its Retry-After) outgrows any clock, up to infinity;
+    # a range error (not a ValueError) carries its bound, as Field(ge=…) would
     if value < MIN_RATE:
-        raise ValueError(f"a rate_limit is at least {MIN_RATE:g} submits a second")
+        raise PydanticCustomError(
+            "greater_than_equal",
+            "a rate_limit is at least {ge} submits a second",
+            {"ge": MIN_RATE},
+        )
     return value
 
 
