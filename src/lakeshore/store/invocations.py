@@ -179,14 +179,15 @@ async def expire_overdue(
     conn: AsyncConnection, queue_id: str, cutoff_s: float, now: datetime
 ) -> int:
     """``deadline_cutoff_s`` of one queue: pending work never started and submitted longer
-    ago than that is expired."""
+    ago than that is expired. A cutoff the date arithmetic cannot hold (stored before
+    cutoffs were bounded) reaches back before any submit: nothing is overdue."""
+    try:
+        late_before = now - timedelta(seconds=cutoff_s)
+    except (OverflowError, ValueError):
+        return 0
     expired = await conn.execute(
         update(invocations)
-        .where(
-            C.queue_id == queue_id,
-            *_NEVER_STARTED,
-            C.created_at < now - timedelta(seconds=cutoff_s),
-        )
+        .where(C.queue_id == queue_id, *_NEVER_STARTED, C.created_at < late_before)
         .values(_expired(cutoff_s, now))
     )
     return int(expired.rowcount)
