@@ -137,14 +137,6 @@ def pid_then_sleep(path: str, seconds: float) -> None:
     time.sleep(seconds)
 
 
-IMPORTED_BY = os.getpid()  # the process that imported this module
-
-
-def imported_before_fork() -> bool:
-    """Whether this module came from the daemon (``--preload``) rather than this child."""
-    return os.getpid() != IMPORTED_BY
-
-
 def environment() -> dict[str, str]:
     """This process's environment (what a UDF can read)."""
     return dict(os.environ)

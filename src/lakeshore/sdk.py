@@ -234,10 +234,12 @@ class UDF(Generic[P, R]):
         max_attempts: int | None,
         timeout_s: float | None,
         client: Client | None,
+        setup: Callable[[], Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, func)
         self.func, self.queue = func, queue
         self.max_attempts, self.timeout_s = max_attempts, timeout_s
+        self.setup = setup
         self._client = client
         self.path = f"{func.__module__}:{func.__qualname__}"
 
@@ -252,6 +254,7 @@ class UDF(Generic[P, R]):
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
             client=client,
+            setup=self.setup,
         )
 
     @property
@@ -283,10 +286,24 @@ def udf(
     max_attempts: int | None = None,
     timeout_s: float | None = None,
     client: Client | None = None,
+    setup: Callable[[], Any] | None = None,
 ) -> Callable[[Callable[P, R]], UDF[P, R]]:
-    """Make a function submittable to ``queue``: ``f.submit(*args, _key=None, **kwargs)``."""
+    """Make a function submittable to ``queue``: ``f.submit(*args, _key=None, **kwargs)``.
+
+    ``setup`` (no arguments, plain or ``async def``) runs once in each daemon child before
+    the child's first invocation of a function that names it, never where you submit:
+    load a model onto the GPU there and keep it in a module-level variable. If it raises,
+    the invocation it held up fails with its traceback (retried as usual), and the next
+    invocation tries it again."""
 
     def wrap(func: Callable[P, R]) -> UDF[P, R]:
-        return UDF(func, queue, max_attempts=max_attempts, timeout_s=timeout_s, client=client)
+        return UDF(
+            func,
+            queue,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+            client=client,
+            setup=setup,
+        )
 
     return wrap

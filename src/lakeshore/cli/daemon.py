@@ -12,6 +12,7 @@ import typer
 from lakeshore.cli import context, output
 from lakeshore.cli.client import CliError
 from lakeshore.daemon import runner as runner_module
+from lakeshore.daemon.pool import PoolConfig
 from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
 from lakeshore.defaults import read_local_admin_token as local_admin_token
 from lakeshore.domain import runners as daemon_runners
@@ -33,14 +34,25 @@ def run(
             help="Queue to serve (repeat for several; default: default).",
         ),
     ] = None,
-    capacity: Annotated[int, typer.Option(help="Invocations run at once.", min=1, max=10_000)] = 1,
+    capacity: Annotated[
+        int,
+        typer.Option(
+            help="Invocations run at once; also the most pool children it keeps.",
+            min=1,
+            max=10_000,
+        ),
+    ] = 1,
     tag: Annotated[
         list[str] | None,
         typer.Option("--tag", metavar="TAG", help="A tag (repeatable), e.g. gpu:h100."),
     ] = None,
     runner: Annotated[
         list[str] | None,
-        typer.Option("--runner", metavar="RUNNER", help="How to run invocations: process."),
+        typer.Option(
+            "--runner",
+            metavar="RUNNER",
+            help="How to run invocations: process (a warm pool of child processes).",
+        ),
     ] = None,
     burst: Annotated[
         bool,
@@ -65,11 +77,38 @@ def run(
         typer.Option(
             "--preload",
             metavar="MODULE",
-            help="Import this module once at start (repeatable), so every invocation's "
-            "child inherits it instead of importing it again: heavy libraries (torch, "
-            "your model code). Do not initialise CUDA at import: children are forked.",
+            help="Import this module in each pool child as it starts (repeatable), before "
+            "its first invocation: heavy libraries (torch, your model code) are then "
+            "imported once per child. A module that cannot be found stops the daemon at "
+            "start; one that fails to import fails the invocations it holds up.",
         ),
     ] = None,
+    max_invocations_per_child: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Replace a pool child after it has run N invocations (default: never).",
+            min=1,
+        ),
+    ] = None,
+    max_memory_per_child: Annotated[
+        float | None,
+        typer.Option(
+            metavar="MB",
+            help="Replace a pool child after an invocation that leaves its resident "
+            "memory above MB MiB (default: never).",
+            min=1,
+        ),
+    ] = None,
+    async_concurrency: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="async def invocations one pool child runs at once on its event loop.",
+            min=1,
+            max=10_000,
+        ),
+    ] = 1,
     exit_after_unreachable: Annotated[
         float | None,
         typer.Option(
@@ -79,9 +118,14 @@ def run(
         ),
     ] = None,
 ) -> None:
-    """Say hello, claim invocations, run each in a child process, report, repeat.
+    """Say hello, claim invocations, run them in a warm pool of child processes, report.
 
-    On SIGTERM or Ctrl-C it stops claiming, finishes what it holds, and exits.
+    Pool children start as work arrives (at most --capacity) and each runs many
+    invocations one after another, so what a module keeps (a model, a client) stays
+    warm for the next, and a @udf(setup=fn) hook runs once per child; async def
+    functions run on each child's event loop. A crash, a time-out or a lost lease ends
+    only its child's invocation, and the child is replaced. On SIGTERM or Ctrl-C it stops claiming,
+    finishes what it holds, and exits.
     """
     cli = context.get(ctx)
     runners = runner or ["process"]
@@ -96,7 +140,7 @@ def run(
         raise CliError("no token: set --token / LAKESHORE_TOKEN")
     for module in preload or []:
         try:
-            runner_module.preload(module)
+            runner_module.check_preload(module)
         except Exception as exc:  # whatever a module raises at import
             raise CliError(f"cannot preload {module}: {type(exc).__name__}: {exc}") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -114,6 +158,12 @@ def run(
         burst=burst,
         grace_s=grace,
         orphan_after_s=exit_after_unreachable,
+        pool=PoolConfig(
+            preload=tuple(preload or ()),
+            max_invocations_per_child=max_invocations_per_child,
+            max_memory_per_child_mb=max_memory_per_child,
+            async_concurrency=async_concurrency,
+        ),
     )
     daemon = Daemon(config)
     try:

@@ -1,39 +1,35 @@
-"""Running one invocation in a child process, so a crash or a hang stays contained.
+"""Running one invocation in a pool child, so a crash or a hang stays contained.
 
-The child is forked (about 5 ms on Linux, the daemon's imports already loaded), imports
-``fn``, calls it, and sends back a JSON result or the error. A generator function's items
-are sent one by one as it yields them (handed to ``on_item`` in the parent), and its
-result is the generator's return value. The parent waits at most ``timeout_s`` in all and
-kills the child after that. Exceptions, import errors, results or items that are not JSON
+:class:`Run` sends the invocation to a child of the daemon's :class:`~.pool.Pool` and
+waits for its outcome: a generator's items are handed to ``on_item`` as they come, and
+the whole run is bounded by ``timeout_s`` (set-up — preloads and ``@udf(setup=...)``
+hooks — is not counted). Exceptions, import errors, results or items that are not JSON
 and children that die are all reported as an :class:`Outcome`; nothing raises.
 
-Each child leads a process group of its own, killed as its invocation ends (a result, a
-time-out, a lost lease, a crash), so a process the UDF started does not outlive it. On
-Linux the child is killed by the kernel when the daemon dies (even by SIGKILL), and the
-daemon's :mod:`.sentinel` kills the groups of what was running, so nothing a UDF started
-outlives the daemon that ran it.
+A plain invocation that runs past its time-out, or whose lease is lost, is ended by
+killing its child (and the child's process group: whatever the UDF started); the pool
+starts another for the next invocation. An ``async def`` invocation shares its child with
+others, so it is cancelled inside the child instead (its own ``asyncio.timeout``, or a
+``cancel`` message); only a child that does not give way within :data:`GIVE_WAY_S` is
+killed, and the other invocations it ran fail as a crash would (and are retried).
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import inspect
+import importlib.machinery
+import importlib.util
 import json
-import multiprocessing
-import os
-import threading
+import queue
 import time
-import traceback
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any
 
-from lakeshore.daemon import linux
-from lakeshore.daemon.sentinel import Sentinel, kill_group
+from lakeshore.daemon.pool import Pool, Ticket
 
-Emit = Callable[[str], None]
+GIVE_WAY_S = 5.0  # how long an async invocation has to end once cancelled or timed out
+START_S = 60.0  # how long a child may take to begin an invocation (start, import lakeshore)
+BURIAL_S = 10.0  # how long to wait for a killed child's group to be reaped
 
 
 @dataclass(frozen=True)
@@ -44,152 +40,32 @@ class Outcome:
     retry: bool = True
 
 
-def resolve(fn: str) -> Any:
-    """``package.module:qualname`` → the callable."""
-    module_name, _, qualname = fn.partition(":")
-    target: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise TypeError(f"{fn} is not callable")
-    return target
-
-
-def preload(module: str) -> None:
-    """Import ``module`` in the daemon itself, before any invocation runs: children are
-    forked from the daemon, so each inherits it already imported (``--preload``)."""
+def check_preload(module: str) -> None:
+    """Refuse a ``--preload`` name that is not a module name or cannot be found, without
+    importing it: the daemon never runs user code, each pool child imports it at start."""
     if (
         not module
         or module.startswith(".")
         or not all(part.isidentifier() for part in module.split("."))
     ):
         raise ValueError(f"{module!r} is not a module name (e.g. mypackage.models)")
-    importlib.import_module(module)
-
-
-def _error(exc: BaseException, *, retry: bool = True) -> tuple[str, dict[str, Any]]:
-    return (
-        "error",
-        {
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc)),
-            "retry": retry,
-        },
-    )
-
-
-def _not_json(what: str, exc: Exception) -> tuple[str, dict[str, Any]]:
-    return _error(TypeError(f"{what} is not JSON-serialisable: {exc}"), retry=False)
-
-
-def _drain(fn: str, generator: Generator[Any, Any, Any], emit: Emit) -> tuple[str, Any]:
-    """Send each yielded item as JSON; ('returned', value) at the end, or an error."""
-    count = 0
-    while True:
-        try:
-            item = next(generator)
-        except StopIteration as stop:
-            return "returned", stop.value
-        except Exception as exc:
-            return _error(exc)
-        try:
-            text = json.dumps(item, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            generator.close()
-            return _not_json(f"item {count} yielded by {fn}", exc)
-        emit(text)
-        count += 1
-
-
-def call(
-    fn: str, args: list[Any], kwargs: dict[str, Any], emit: Emit | None = None
-) -> tuple[str, Any]:
-    """Import and call; the reply is ('ok', json_text) or ('error', error dict). A
-    generator's items go to ``emit`` as JSON text while it runs."""
-    try:
-        target = resolve(fn)
-    except Exception as exc:
-        return _error(exc)
-    try:
-        result = target(*args, **kwargs)
-    except Exception as exc:
-        return _error(exc)
-    if inspect.isgenerator(result):
-        kind, result = _drain(fn, result, emit or (lambda _text: None))
-        if kind == "error":
-            return kind, result
-    try:
-        return "ok", json.dumps(result, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        return _not_json(f"the result of {fn}", exc)
-
-
-def _child(
-    conn: Connection,
-    parent_pid: int,
-    close_fd: int | None,
-    fn: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-) -> None:
-    os.setsid()  # a process group of its own: whatever the UDF starts is killed with it
-    if close_fd is not None:  # the sentinel's stdin stays the daemon's alone
-        with contextlib.suppress(OSError):
-            os.close(close_fd)
-    linux.die_with_parent(parent_pid)
-    try:
-        conn.send(call(fn, args, kwargs, lambda text: conn.send(("item", text))))
-    finally:
-        conn.close()
-        os._exit(0)  # skip the parent's atexit handlers and buffered state
-
-
-def _reap_group(pgid: int, within_s: float = 2.0) -> None:
-    """Wait for the killed members of a group that were re-parented to this process (a
-    subreaper), so none is left a zombie; those that are not its children are init's."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG) is None:
-                time.sleep(0.005)  # members still dying (SIGKILL is on its way)
-        except ChildProcessError:
-            return
-
-
-def _context() -> Any:
-    # fork: ~5 ms a child, with the daemon's imports already loaded. The fork server
-    # costs ~0.5 s a child here (each re-prepares the entry point), too slow per call.
-    return multiprocessing.get_context("fork")
-
-
-def _receive(
-    receiver: Connection, timeout_s: float | None, on_item: Callable[[Any], None] | None
-) -> tuple[str, Any]:
-    """The child's final reply, handing items on as they come; or timeout / died."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    try:
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not receiver.poll(remaining):
-                return "timeout", None
-            kind, payload = receiver.recv()
-            if kind != "item":
-                return kind, payload
-            if on_item is not None:
-                on_item(json.loads(payload))
-    except EOFError:
-        return "died", None
-
-
-_FORK = threading.Lock()  # one fork at a time: see Run.start
+    parts = module.split(".")
+    spec = importlib.util.find_spec(parts[0])  # a top-level name is found, not imported
+    for depth in range(1, len(parts)):
+        locations = spec.submodule_search_locations if spec is not None else None
+        if locations is None:
+            spec = None
+            break
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]), locations)
+    if spec is None:
+        raise ModuleNotFoundError(f"No module named {module!r}")
 
 
 class Run:
-    """One invocation's child process: ``start`` forks it, ``wait`` blocks until its
+    """One invocation: ``start`` sends it to a pool child, ``wait`` blocks until its
     outcome (call it from a thread), ``kill`` ends it early from any thread (a lease that
     was lost, a daemon stopping) so nothing keeps running for an invocation this daemon
-    no longer holds."""
+    no longer holds. Without a ``pool`` it gets a pool of its own, closed after it."""
 
     def __init__(
         self,
@@ -198,74 +74,156 @@ class Run:
         kwargs: dict[str, Any],
         timeout_s: float | None,
         on_item: Callable[[Any], None] | None = None,
-        sentinel: Sentinel | None = None,
+        pool: Pool | None = None,
     ) -> None:
         self.fn, self.timeout_s, self.on_item = fn, timeout_s, on_item
-        self._args = (fn, args, kwargs)
-        self._sentinel = sentinel
-        self._child: Any = None
+        self._args, self._kwargs = args, kwargs
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else Pool()
+        self._ticket: Ticket | None = None
         self._killed = False
 
     def start(self) -> None:
-        """Fork the child. Forks are serialised with the pipe's creation and the parent
-        closing its copy of the child's end: a child forked by another thread in between
-        would inherit that end, and a crash of this child would go unseen (no EOF) until
-        that other child exited too."""
-        context = _context()
-        with _FORK:
-            receiver, sender = context.Pipe(duplex=False)
-            close_fd = self._sentinel.stdin_fd if self._sentinel else None
-            child = context.Process(
-                target=_child, args=(sender, os.getpid(), close_fd, *self._args), daemon=True
-            )
-            child.start()
-            sender.close()
-        if self._sentinel is not None:
-            self._sentinel.add(child.pid)
-        self._receiver, self._child = receiver, child
+        self._ticket = self.pool.submit(self.fn, self._args, self._kwargs, self.timeout_s)
         if self._killed:
             self.kill()
 
     def kill(self) -> None:
         self._killed = True
-        if self._child is not None and self._child.exitcode is None:
-            kill_group(self._child.pid)
-            with contextlib.suppress(OSError):  # not yet a group leader
-                self._child.kill()
+        if self._ticket is not None:
+            self._ticket.messages.put(("kill", self._ticket.id))  # wait() acts on it
 
     def wait(self) -> Outcome:
-        child, fn, timeout_s = self._child, self.fn, self.timeout_s
+        assert self._ticket is not None, "start first"
         try:
-            kind, payload = _receive(self._receiver, timeout_s, self.on_item)
+            return _Waiter(self, self._ticket).outcome()
         finally:
-            self._receiver.close()
-        # whatever the outcome, nothing the UDF started outlives it: the group goes while
-        # its leader is unreaped (its id cannot have been reused), then the leader is
-        # reaped, then the rest of the group that was handed to this process
-        kill_group(child.pid)
-        child.join(5)
-        _reap_group(child.pid)
-        if self._sentinel is not None:
-            self._sentinel.discard(child.pid)
-        if kind == "ok":
-            return Outcome(ok=True, result=json.loads(payload))
-        if kind == "error":
-            retry = bool(payload.pop("retry", True))
-            return Outcome(ok=False, error=payload, retry=retry)
-        if kind == "timeout":
-            message = f"{fn} ran past its timeout of {timeout_s} s"
-            return Outcome(ok=False, error={"type": "TimeoutError", "message": message})
-        if self._killed:
-            message = f"the process running {fn} was stopped by the daemon"
-            return Outcome(ok=False, error={"type": "Stopped", "message": message})
-        code = child.exitcode
-        message = f"the process running {fn} died (exit code {code})"
-        return Outcome(ok=False, error={"type": "WorkerCrash", "message": message})
+            if self._own_pool:
+                self.pool.close()
 
     def __call__(self) -> Outcome:
         """Start and wait (blocking; call it from a thread)."""
         self.start()
         return self.wait()
+
+
+class _Waiter:
+    """What one ``wait`` knows: the time left, and whether it has ended the run."""
+
+    def __init__(self, run: Run, ticket: Ticket) -> None:
+        self.run, self.ticket = run, ticket
+        # the clock starts as the child begins (a new child takes a moment to start)
+        self.deadline: float | None = None
+        self.paused: float | None = run.timeout_s  # time left while it waits or sets up
+        self.ending: str | None = None  # "timeout" or "stopped", once decided
+        # until then a child must have begun, an async run ended, a killed child be gone
+        self.give_way: float | None = time.monotonic() + START_S
+        self.began = False
+        self.killing = False  # its child has been killed
+
+    def outcome(self) -> Outcome:
+        while True:
+            try:
+                message = self.ticket.messages.get(timeout=self._next_s())
+            except queue.Empty:
+                ended = self._expired()
+                if ended is not None:
+                    return ended
+                continue
+            ended = self._take(message)
+            if ended is not None:
+                return ended
+
+    def _take(self, message: tuple[Any, ...]) -> Outcome | None:
+        kind = message[0]
+        if kind == "item":
+            if self.run.on_item is not None:
+                self.run.on_item(json.loads(message[2]))
+        elif kind in ("begin", "pause", "resume"):
+            self._clock(kind)
+        elif kind == "kill":
+            self._end("stopped")
+        elif kind == "done":
+            return self._done(message[2], message[3])
+        elif kind == "died":
+            return self._died()
+        return None
+
+    def _clock(self, kind: str) -> None:
+        """The time-out runs from ``begin``, and stands still between ``pause`` (set-up)
+        and ``resume``."""
+        now = time.monotonic()
+        if kind == "begin":
+            self.began = True
+            if self.ending is None:
+                self.give_way = None
+        if kind == "pause" and self.deadline is not None:
+            self.paused, self.deadline = self.deadline - now, None
+        elif kind != "pause" and self.paused is not None:
+            self.deadline, self.paused = now + self.paused, None
+
+    def _next_s(self) -> float | None:
+        times = [t for t in (self.deadline, self.give_way) if t is not None]
+        return max(0.0, min(times) - time.monotonic()) if times else None
+
+    def _expired(self) -> Outcome | None:
+        now = time.monotonic()
+        if self.give_way is not None and now >= self.give_way:
+            self.give_way = None
+            if self.killing:  # killed, and still not reaped: do not wait for ever
+                return self._died()
+            self.killing = True
+            why = "did not give way" if self.began else f"did not start within {START_S:.0f} s"
+            self.run.pool.kill(self.ticket.child, f"{self.run.fn}: its child {why}")
+            self.give_way = now + BURIAL_S
+        elif self.deadline is not None and now >= self.deadline:
+            self.deadline = None
+            self._end("timeout")
+        return None
+
+    def _end(self, why: str) -> None:
+        """Time-out or stop: cancel an async run in its child, kill a plain one's child."""
+        if self.ending is not None:
+            return
+        self.ending = why
+        if self.ticket.kind == "async":
+            self.run.pool.cancel(self.ticket)
+            self.give_way = time.monotonic() + GIVE_WAY_S
+        else:
+            self.killing = True
+            said = "past its timeout" if why == "timeout" else "stopped"
+            self.run.pool.kill(self.ticket.child, f"{self.run.fn} ran {said}")
+            self.give_way = time.monotonic() + BURIAL_S  # for the "died" to come
+
+    def _done(self, kind: str, payload: Any) -> Outcome:
+        if kind == "ok":
+            return Outcome(ok=True, result=json.loads(payload))
+        if kind == "error":
+            retry = bool(payload.pop("retry", True))
+            return Outcome(ok=False, error=payload, retry=retry)
+        if kind == "timeout" or self.ending == "timeout":
+            return self._timed_out()
+        return self._stopped()
+
+    def _died(self) -> Outcome:
+        if self.ending == "timeout":
+            return self._timed_out()
+        if self.ending == "stopped" or self.run._killed:
+            return self._stopped()
+        child, fn = self.ticket.child, self.run.fn
+        if child.killed_for is not None:
+            message = f"the process running {fn} was killed: {child.killed_for}"
+        else:
+            message = f"the process running {fn} died (exit code {child.exitcode})"
+        return Outcome(ok=False, error={"type": "WorkerCrash", "message": message})
+
+    def _timed_out(self) -> Outcome:
+        message = f"{self.run.fn} ran past its timeout of {self.run.timeout_s} s"
+        return Outcome(ok=False, error={"type": "TimeoutError", "message": message})
+
+    def _stopped(self) -> Outcome:
+        message = f"the process running {self.run.fn} was stopped by the daemon"
+        return Outcome(ok=False, error={"type": "Stopped", "message": message})
 
 
 def run(
@@ -274,6 +232,7 @@ def run(
     kwargs: dict[str, Any],
     timeout_s: float | None,
     on_item: Callable[[Any], None] | None = None,
+    pool: Pool | None = None,
 ) -> Outcome:
-    """Run one invocation in a child process (blocking; call it from a thread)."""
-    return Run(fn, args, kwargs, timeout_s, on_item)()
+    """Run one invocation in a pool child (blocking; call it from a thread)."""
+    return Run(fn, args, kwargs, timeout_s, on_item, pool)()

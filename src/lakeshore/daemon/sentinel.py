@@ -1,10 +1,11 @@
-"""A daemon's sentinel: a small process that kills the process groups of the invocations
-still running when the daemon dies, SIGKILL included.
+"""A daemon's sentinel: a small process that kills the process groups of the daemon's pool
+children when the daemon dies, SIGKILL included.
 
-Each invocation's child leads a process group (a session) of its own, and whatever the UDF
-starts joins it. The daemon kills the group as each invocation ends; the direct child also
-dies with the daemon (:func:`~lakeshore.daemon.linux.die_with_parent`), but its own children
-would not, so the daemon tells the sentinel which groups are live (``+pgid`` / ``-pgid``
+Each pool child leads a process group (a session) of its own, and whatever its UDFs start
+joins it. The child kills the rest of its group as its invocations end, and the daemon
+kills the whole group when the child ends; the child also dies with the daemon
+(:func:`~lakeshore.daemon.linux.die_with_parent`), but its own children would not, so
+the daemon tells the sentinel which groups are live (``+pgid`` / ``-pgid``
 lines on its stdin), and the kernel tells the sentinel when the daemon is gone (SIGTERM on
 the parent's death): it then kills every live group and exits. It is started with ``exec``
 (``python -m lakeshore.daemon.sentinel``), not forked, so it holds none of the daemon's
@@ -31,7 +32,7 @@ def kill_group(pgid: int) -> None:
 
 
 class Sentinel:
-    """The daemon's side: start it, then ``add``/``discard`` each invocation's group."""
+    """The daemon's side: start it, then ``add``/``discard`` each pool child's group."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
@@ -47,12 +48,6 @@ class Sentinel:
             stdout=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C at the terminal is for the daemon
         )
-
-    @property
-    def stdin_fd(self) -> int | None:
-        """The pipe a forked child must close (it would keep the sentinel's stdin open)."""
-        stdin = self._process.stdin if self._process is not None else None
-        return stdin.fileno() if stdin is not None else None
 
     def _send(self, line: str) -> None:
         with self._lock:

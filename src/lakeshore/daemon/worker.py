@@ -1,7 +1,8 @@
-"""The daemon's loop: hello, claim, run each invocation in its own child, heartbeat, report.
+"""The daemon's loop: hello, claim, run each invocation in a pool child, heartbeat, report.
 
 One asyncio task claims (long-poll, up to the free capacity), one heartbeats, and one
-task per invocation waits for its child process in a thread. On SIGTERM (or SIGINT) the
+task per invocation waits in a thread for its outcome from the daemon's warm pool of
+child processes (:mod:`.pool`). On SIGTERM (or SIGINT) the
 daemon stops claiming, lets what it holds finish, and exits; ``burst`` exits once nothing
 it runs is left and its queues hold no pending work (a retry waiting out its backoff is
 waited for; while its work runs, it claims only as each outcome is reported). Outcomes
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 
 from lakeshore.daemon import linux, runner
+from lakeshore.daemon.pool import Pool, PoolConfig
 from lakeshore.daemon.reporter import Reporter
 from lakeshore.daemon.sentinel import Sentinel
 from lakeshore.daemon.streaming import ItemSender
@@ -47,6 +49,7 @@ class DaemonConfig:
     grace_s: float = 30.0
     orphan_after_s: float | None = None
     hello_attempts: int = 30
+    pool: PoolConfig = field(default_factory=PoolConfig)  # the children that run invocations
     retry_s: float = 1.0  # first wait after a failed request; doubles up to 5 s
     transport: httpx.AsyncBaseTransport | None = None  # tests serve the API in-process
 
@@ -68,6 +71,7 @@ class Daemon:
     executor: ThreadPoolExecutor = field(init=False)
     closing: bool = False  # the background tasks are being stopped
     sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
+    pool: Pool = field(init=False)
 
     async def run(self, *, own_process: bool = False) -> int:
         """Serve until stopped (``stop``, SIGTERM/SIGINT when ``own_process``, retired,
@@ -84,13 +88,14 @@ class Daemon:
                     loop.add_signal_handler(sig, self.stop.set)
             linux.become_subreaper()
         self.sentinel.start()
+        self.pool = Pool(self.config.pool, self.sentinel)
         try:
             return await self._serve()
         finally:
             self.sentinel.stop()
 
     async def _serve(self) -> int:
-        # one thread per slot to wait on its child (the default pool has cores + 4)
+        # one thread per slot to wait on its run (the default pool has cores + 4)
         self.executor = ThreadPoolExecutor(self.config.capacity, thread_name_prefix="run")
         headers = {"Authorization": f"Bearer {self.config.token}"}
         timeout = httpx.Timeout(10.0, read=self.config.claim_timeout_s + 10.0)
@@ -122,6 +127,7 @@ class Daemon:
                 self.closing = True
                 for task in (beat, reports):
                     await _cancelled(task)
+                await asyncio.to_thread(self.pool.close)
                 self.executor.shutdown(wait=False, cancel_futures=True)
         return 0
 
@@ -340,14 +346,18 @@ class Daemon:
             invocation["kwargs"],
             invocation["timeout_s"],
             items.put,
-            self.sentinel,
+            self.pool,
         )
-        loop = asyncio.get_running_loop()
+        running = asyncio.get_running_loop().run_in_executor(self.executor, run)
         try:
-            outcome = await loop.run_in_executor(self.executor, run)
+            outcome = await asyncio.shield(running)
             await items.close()
         except asyncio.CancelledError:
-            run.kill()  # the lease is lost or the grace period is over: stop the child
+            run.kill()  # the lease is lost or the grace period is over: stop the run
+            # and hold its slot until it has ended (an async run is cancelled in its
+            # child, which may take a moment), so no more run at once than --capacity
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(running)
             raise
         finally:
             items.cancel()

@@ -1,0 +1,306 @@
+"""A pool child: a long-lived process that runs invocations one after another.
+
+Started by :mod:`.pool` as ``python -m lakeshore.daemon.child PARENT_PID FD`` — a fresh
+interpreter, so nothing of the daemon's memory or threads comes along and CUDA may be
+initialised here. It leads a process group of its own (whatever a UDF starts joins it),
+dies with the daemon (the parent-death signal), and adopts its UDFs' orphans (a
+subreaper) so it can reap them. It takes the daemon's ``sys.path`` and imports the
+``--preload`` modules before its first invocation; modules, and whatever they keep, stay
+for the next invocation: that is the warm state.
+
+On the connection (pickled tuples) it receives ``("run", id, fn, args, kwargs,
+timeout_s)``, ``("cancel", id)`` and ``("exit",)``. It sends ``("begin", id)`` as it takes
+an invocation up (its ``timeout_s`` runs from there), ``("pause", id)`` / ``("resume",
+id)`` around set-up (preloads, a module's first import, a ``@udf(setup=...)`` hook: the
+child warming up, not counted in ``timeout_s``), ``("kind", id, "plain" | "async")`` once
+it has imported ``fn``, ``("item", id, json)`` per item streamed, and ``("done", id, kind,
+payload, rss)`` where ``kind`` is ``ok``, ``error``, ``timeout`` or ``cancelled``.
+
+A plain function runs on the main thread, alone (the daemon sends nothing else meanwhile);
+``async def`` ones run on an event loop kept for the child's life, several at once
+(:meth:`Child._serve_async`), each under its own ``asyncio.timeout``. When the child is
+idle, what its UDFs left running in its group is killed and reaped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from lakeshore.daemon import calls, linux
+
+Reply = calls.Reply
+
+
+def _setup_of(target: Any) -> Callable[[], Any] | None:
+    """A ``@udf(setup=...)`` hook; only a UDF object has one (its module imported the SDK)."""
+    sdk = sys.modules.get("lakeshore.sdk")
+    if sdk is None or not isinstance(target, sdk.UDF):
+        return None
+    hook: Callable[[], Any] | None = target.setup
+    return hook
+
+
+def _name(hook: Callable[[], Any]) -> str:
+    return f"{getattr(hook, '__module__', '?')}:{getattr(hook, '__qualname__', repr(hook))}"
+
+
+class Child:
+    def __init__(self, conn: Connection, preload: list[str]) -> None:
+        self.conn = conn
+        self.preload = list(preload)  # still to import (a failure is tried again)
+        self.set_up: set[int] = set()  # id() of each hook that ran to its end here
+        self.hooks: dict[int, asyncio.Task[None]] = {}  # async hooks under way
+        self.loop = asyncio.new_event_loop()
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.waiting: list[tuple[Any, ...]] = []  # plain runs that came during async ones
+        self.idle: asyncio.Future[None] | None = None
+        self.exiting = False
+
+    def send(self, *message: Any) -> None:
+        self.conn.send(message)
+
+    def serve(self) -> None:
+        while not self.exiting:
+            message = self.waiting.pop(0) if self.waiting else self._receive()
+            if message is None or message[0] == "exit":
+                return
+            if message[0] == "run":
+                self._run(*message[1:])
+
+    def _receive(self) -> tuple[Any, ...] | None:
+        try:
+            message: tuple[Any, ...] = self.conn.recv()
+        except (EOFError, OSError):  # the daemon is gone
+            return None
+        return message
+
+    def _prepare(self, tid: str, fn: str) -> Any:
+        """Preloads still to do, then import ``fn``: its target, or an error reply. The
+        imports are the child's warming up, not counted in the invocation's time-out."""
+        self.send("begin", tid)  # its clock starts
+        warming = bool(self.preload) or fn.partition(":")[0] not in sys.modules
+        if warming:
+            self.send("pause", tid)
+        try:
+            while self.preload:
+                try:
+                    importlib.import_module(self.preload[0])
+                except Exception as exc:
+                    return calls.error(exc, prefix=f"--preload {self.preload[0]} failed: ")
+                self.preload.pop(0)
+            try:
+                target = calls.resolve(fn)
+            except Exception as exc:
+                return calls.error(exc)
+        finally:
+            if warming:
+                self.send("resume", tid)
+        self.send("kind", tid, "async" if calls.is_async(target) else "plain")
+        return target
+
+    def _run(
+        self, tid: str, fn: str, args: list[Any], kwargs: dict[str, Any], timeout_s: Any
+    ) -> None:
+        target = self._prepare(tid, fn)
+        if isinstance(target, tuple):
+            self._done(tid, target)
+            return
+        if calls.is_async(target):
+            self._serve_async(tid, fn, target, args, kwargs, timeout_s)
+            return
+        reply = self._set_up(tid, target)
+        if reply is None:
+            reply = calls.call(fn, target, args, kwargs, self._emitter(tid), self.loop)
+        self._clean_group()
+        self._done(tid, reply)
+
+    def _emitter(self, tid: str) -> Callable[[str], None]:
+        return lambda text: self.send("item", tid, text)
+
+    def _done(self, tid: str, reply: Reply) -> None:
+        for stream in (sys.stdout, sys.stderr):  # what the UDF printed, to the daemon's log
+            with contextlib.suppress(Exception):
+                stream.flush()
+        self.send("done", tid, reply[0], reply[1], linux.rss_bytes())
+
+    def _set_up(self, tid: str, target: Any) -> Reply | None:
+        """Run the target's set-up hook unless it ran here already; an error reply if it
+        raised (tried again by the next invocation)."""
+        hook = _setup_of(target)
+        if hook is None or id(hook) in self.set_up:
+            return None
+        self.send("pause", tid)
+        try:
+            result = hook()
+            if asyncio.iscoroutine(result):
+                self.loop.run_until_complete(result)
+        except Exception as exc:
+            return calls.error(exc, prefix=f"set-up {_name(hook)} failed: ")
+        finally:
+            self.send("resume", tid)
+        self.set_up.add(id(hook))
+        return None
+
+    # --- async def: several at once on the child's loop -------------------------------
+
+    def _serve_async(
+        self,
+        tid: str,
+        fn: str,
+        target: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        timeout_s: Any,
+    ) -> None:
+        """Run async invocations, taking more as they come, until none is left."""
+        self.loop.add_reader(self.conn.fileno(), self._on_message)
+        try:
+            self._start(tid, fn, target, args, kwargs, timeout_s)
+            # an invocation taken up as the last one ended (before the loop stopped)
+            # needs the loop too
+            while self.tasks:
+                self.idle = self.loop.create_future()
+                self.loop.run_until_complete(self.idle)
+        finally:
+            self.loop.remove_reader(self.conn.fileno())
+        self._clean_group()
+
+    def _on_message(self) -> None:
+        message = self._receive()
+        if message is None or message[0] == "exit":
+            self.exiting = True
+            for task in self.tasks.values():
+                task.cancel()
+            return
+        if message[0] == "cancel":
+            if message[1] in self.tasks:
+                self.tasks[message[1]].cancel()
+            return
+        if message[0] != "run":
+            return
+        _, tid, fn, args, kwargs, timeout_s = message
+        target = self._prepare(tid, fn)
+        if isinstance(target, tuple):
+            self._done(tid, target)
+        elif calls.is_async(target):
+            self._start(tid, fn, target, args, kwargs, timeout_s)
+        else:  # not sent while async work runs; kept for when it is done
+            self.waiting.append(message)
+
+    def _start(
+        self,
+        tid: str,
+        fn: str,
+        target: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        timeout_s: Any,
+    ) -> None:
+        task = self.loop.create_task(self._run_async(tid, fn, target, args, kwargs, timeout_s))
+        self.tasks[tid] = task
+        task.add_done_callback(lambda _: self._finished(tid))
+
+    def _finished(self, tid: str) -> None:
+        self.tasks.pop(tid, None)
+        if not self.tasks and self.idle is not None and not self.idle.done():
+            self.idle.set_result(None)
+
+    async def _run_async(
+        self,
+        tid: str,
+        fn: str,
+        target: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        timeout_s: Any,
+    ) -> None:
+        reply: Reply
+        try:
+            failed = await self._set_up_async(tid, target)
+            if failed is not None:
+                reply = failed
+            else:
+                async with asyncio.timeout(timeout_s):
+                    reply = await calls.call_async(fn, target, args, kwargs, self._emitter(tid))
+        except TimeoutError:
+            reply = ("timeout", None)
+        except asyncio.CancelledError:
+            reply = ("cancelled", None)
+        self._done(tid, reply)
+
+    async def _set_up_async(self, tid: str, target: Any) -> Reply | None:
+        """The hook once per child, shared by the invocations that wait for it."""
+        hook = _setup_of(target)
+        if hook is None or id(hook) in self.set_up:
+            return None
+        self.send("pause", tid)
+        try:
+            if id(hook) not in self.hooks:
+                self.hooks[id(hook)] = self.loop.create_task(self._hook(hook))
+            await asyncio.shield(self.hooks[id(hook)])
+        except Exception as exc:
+            return calls.error(exc, prefix=f"set-up {_name(hook)} failed: ")
+        finally:
+            self.send("resume", tid)
+        return None
+
+    async def _hook(self, hook: Callable[[], Any]) -> None:
+        try:
+            result = hook()
+            if asyncio.iscoroutine(result):
+                await result
+            self.set_up.add(id(hook))
+        finally:
+            self.hooks.pop(id(hook), None)
+
+    # --- what the UDFs left behind ------------------------------------------------------
+
+    def _clean_group(self, within_s: float = 2.0) -> None:
+        """Kill the other members of this child's group (what its UDFs started and left
+        running) and reap them: they are its children, or were re-parented to it."""
+        try:  # no child at all (one system call): as a subreaper, then no descendant
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        me = os.getpid()  # reading /proc costs milliseconds: only when there may be some
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            others = [pid for pid in linux.group_members(me) if pid != me]
+            if not others:
+                return
+            for pid in others:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            time.sleep(0.002)  # SIGKILL is on its way
+
+
+def main(argv: list[str]) -> None:
+    parent, fd = int(argv[1]), int(argv[2])
+    linux.die_with_parent(parent)
+    linux.become_subreaper()
+    conn = Connection(fd)
+    _, init = conn.recv()
+    sys.path[:] = init["path"]  # import UDFs as the daemon would
+    try:
+        Child(conn, init["preload"]).serve()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)  # like a forked child: no interpreter shutdown waiting on UDF threads
+
+
+if __name__ == "__main__":
+    main(sys.argv)
