@@ -27,13 +27,17 @@ async def test_a_template_with_a_runner_the_daemon_lacks_is_refused(
     assert error["field"] == "daemonTemplate.runners"
     assert "'docker'" in error["message"] and ", ".join(RUNNERS) in error["message"]
     assert (await api.get(f"{NS}/queues/gpu")).status_code == 404
+    two = {"runners": ["process", "thread"]}
+    refused = await api.post(f"{NS}/queues", json={**body, "daemonTemplate": two})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["message"].startswith("a Lakeshore daemon runs with one")
 
-    made = await api.post(f"{NS}/queues", json={**body, "daemonTemplate": {"runner": "process"}})
+    made = await api.post(f"{NS}/queues", json={**body, "daemonTemplate": {"runner": "thread"}})
     assert made.status_code == 201, made.text
     patched = await api.patch(f"{NS}/queues/gpu", json={"daemonTemplate": template})
     assert patched.status_code == 422, patched.text
     kept = (await api.get(f"{NS}/queues/gpu")).json()["daemonTemplate"]
-    assert kept == {"runner": "process"}
+    assert kept == {"runner": "thread"}
 
 
 async def test_runner_names_without_a_provider_are_labels(api: httpx.AsyncClient) -> None:

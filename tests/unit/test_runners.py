@@ -23,8 +23,19 @@ def test_unknown_names_the_runners_a_daemon_does_not_have(
     assert unknown(names) == missing
 
 
-def test_known_runners_pass() -> None:
-    require_known(list(RUNNERS), field="daemonTemplate.runners")
+@pytest.mark.parametrize("names", [[], ["process"], ["thread"], ["thread", "thread"]])
+def test_one_known_runner_passes(names: list[str]) -> None:
+    require_known(names, field="daemonTemplate.runners")
+
+
+def test_two_runners_are_refused_a_daemon_runs_with_one() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        require_known(list(RUNNERS), field="daemonTemplate.runners")
+    assert caught.value.field == "daemonTemplate.runners"
+    assert caught.value.message == (
+        "a Lakeshore daemon runs with one runner, not process, thread: name one (queues "
+        "that need another get daemons of their own)"
+    )
 
 
 def test_an_unknown_runner_is_refused_naming_the_ones_there_are() -> None:
@@ -32,5 +43,5 @@ def test_an_unknown_runner_is_refused_naming_the_ones_there_are() -> None:
         require_known(["process", "gpu", "docker"], field="daemonTemplate.runners")
     assert caught.value.field == "daemonTemplate.runners"
     assert caught.value.message == (
-        "unknown runner 'docker', 'gpu': a Lakeshore daemon has process"
+        "unknown runner 'docker', 'gpu': a Lakeshore daemon has process, thread"
     )

@@ -47,13 +47,16 @@ def run(
         typer.Option("--tag", metavar="TAG", help="A tag (repeatable), e.g. gpu:h100."),
     ] = None,
     runner: Annotated[
-        list[str] | None,
+        str,
         typer.Option(
             "--runner",
             metavar="RUNNER",
-            help="How to run invocations: process (a warm pool of child processes).",
+            help="How invocations run: process (a warm pool of child processes, each "
+            "running many invocations in turn; a crash or time-out takes only its own) or "
+            "thread (threads of the daemon itself: for I/O-bound code that needs no "
+            "isolation; a crash takes the daemon down, and its work is retried).",
         ),
-    ] = None,
+    ] = daemon_runners.PROCESS,
     burst: Annotated[
         bool,
         typer.Option(
@@ -80,7 +83,8 @@ def run(
             help="Import this module in each pool child as it starts (repeatable), before "
             "its first invocation: heavy libraries (torch, your model code) are then "
             "imported once per child. A module that cannot be found stops the daemon at "
-            "start; one that fails to import fails the invocations it holds up.",
+            "start; one that fails to import fails the invocations it holds up. With "
+            "--runner thread, imported once in the daemon.",
         ),
     ] = None,
     max_invocations_per_child: Annotated[
@@ -124,15 +128,15 @@ def run(
     invocations one after another, so what a module keeps (a model, a client) stays
     warm for the next, and a @udf(setup=fn) hook runs once per child; async def
     functions run on each child's event loop. A crash, a time-out or a lost lease ends
-    only its child's invocation, and the child is replaced. On SIGTERM or Ctrl-C it stops claiming,
-    finishes what it holds, and exits.
+    only its child's invocation, and the child is replaced. With --runner thread,
+    invocations run on the daemon's own threads instead (async def ones on one event
+    loop), sharing its memory. On SIGTERM or Ctrl-C it stops claiming, finishes what it
+    holds, and exits.
     """
     cli = context.get(ctx)
-    runners = runner or ["process"]
-    unknown = daemon_runners.unknown(runners)
-    if unknown:
+    if runner not in daemon_runners.RUNNERS:
         raise typer.BadParameter(
-            f"unknown runner {', '.join(unknown)}; available: {', '.join(daemon_runners.RUNNERS)}",
+            f"unknown runner {runner}; available: {', '.join(daemon_runners.RUNNERS)}",
             param_hint="--runner",
         )
     token = cli.token or local_admin_token()
@@ -152,7 +156,7 @@ def run(
         namespace=cli.namespace if cli.namespace != "default" else None,
         capacity=capacity,
         tags=tag or [],
-        runners=runners,
+        runner=runner,
         worker_id=worker_id,
         launch_id=launch_id,
         burst=burst,

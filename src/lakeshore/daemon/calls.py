@@ -10,16 +10,17 @@ plain function that returns a coroutine (a wrapper) has it run to completion too
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import inspect
 import json
+import sys
 import traceback
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from typing import Any
 
 Emit = Callable[[str], None]
 Reply = tuple[str, Any]
+RunAwaitable = Callable[[Coroutine[Any, Any, Any]], Any]
 
 
 def resolve(fn: str) -> Any:
@@ -31,6 +32,20 @@ def resolve(fn: str) -> Any:
     if not callable(target):
         raise TypeError(f"{fn} is not callable")
     return target
+
+
+def setup_of(target: Any) -> Callable[[], Any] | None:
+    """A ``@udf(setup=...)`` hook; only a UDF object has one (its module imported the SDK)."""
+    sdk = sys.modules.get("lakeshore.sdk")
+    if sdk is None or not isinstance(target, sdk.UDF):
+        return None
+    hook: Callable[[], Any] | None = target.setup
+    return hook
+
+
+def name_of(hook: Callable[[], Any]) -> str:
+    """``module:qualname`` of a set-up hook, for its error message."""
+    return f"{getattr(hook, '__module__', '?')}:{getattr(hook, '__qualname__', repr(hook))}"
 
 
 def is_async(target: Any) -> bool:
@@ -91,13 +106,14 @@ def call(
     args: list[Any],
     kwargs: dict[str, Any],
     emit: Emit,
-    loop: asyncio.AbstractEventLoop,
+    run_awaitable: RunAwaitable,
 ) -> Reply:
-    """Call a plain function (or generator function) on this thread."""
+    """Call a plain function (or generator function) on this thread; a coroutine it
+    returns (a plain wrapper around an async function) is run by ``run_awaitable``."""
     try:
         result = target(*args, **kwargs)
-        if inspect.iscoroutine(result):  # a plain wrapper around an async function
-            result = loop.run_until_complete(result)
+        if inspect.iscoroutine(result):
+            result = run_awaitable(result)
     except Exception as exc:
         return error(exc)
     if inspect.isgenerator(result):

@@ -40,19 +40,6 @@ from lakeshore.daemon import calls, linux
 Reply = calls.Reply
 
 
-def _setup_of(target: Any) -> Callable[[], Any] | None:
-    """A ``@udf(setup=...)`` hook; only a UDF object has one (its module imported the SDK)."""
-    sdk = sys.modules.get("lakeshore.sdk")
-    if sdk is None or not isinstance(target, sdk.UDF):
-        return None
-    hook: Callable[[], Any] | None = target.setup
-    return hook
-
-
-def _name(hook: Callable[[], Any]) -> str:
-    return f"{getattr(hook, '__module__', '?')}:{getattr(hook, '__qualname__', repr(hook))}"
-
-
 class Child:
     def __init__(self, conn: Connection, preload: list[str]) -> None:
         self.conn = conn
@@ -119,7 +106,9 @@ class Child:
             return
         reply = self._set_up(tid, target)
         if reply is None:
-            reply = calls.call(fn, target, args, kwargs, self._emitter(tid), self.loop)
+            reply = calls.call(
+                fn, target, args, kwargs, self._emitter(tid), self.loop.run_until_complete
+            )
         self._clean_group()
         self._done(tid, reply)
 
@@ -135,7 +124,7 @@ class Child:
     def _set_up(self, tid: str, target: Any) -> Reply | None:
         """Run the target's set-up hook unless it ran here already; an error reply if it
         raised (tried again by the next invocation)."""
-        hook = _setup_of(target)
+        hook = calls.setup_of(target)
         if hook is None or id(hook) in self.set_up:
             return None
         self.send("pause", tid)
@@ -144,7 +133,7 @@ class Child:
             if asyncio.iscoroutine(result):
                 self.loop.run_until_complete(result)
         except Exception as exc:
-            return calls.error(exc, prefix=f"set-up {_name(hook)} failed: ")
+            return calls.error(exc, prefix=f"set-up {calls.name_of(hook)} failed: ")
         finally:
             self.send("resume", tid)
         self.set_up.add(id(hook))
@@ -239,7 +228,7 @@ class Child:
 
     async def _set_up_async(self, tid: str, target: Any) -> Reply | None:
         """The hook once per child, shared by the invocations that wait for it."""
-        hook = _setup_of(target)
+        hook = calls.setup_of(target)
         if hook is None or id(hook) in self.set_up:
             return None
         self.send("pause", tid)
@@ -248,7 +237,7 @@ class Child:
                 self.hooks[id(hook)] = self.loop.create_task(self._hook(hook))
             await asyncio.shield(self.hooks[id(hook)])
         except Exception as exc:
-            return calls.error(exc, prefix=f"set-up {_name(hook)} failed: ")
+            return calls.error(exc, prefix=f"set-up {calls.name_of(hook)} failed: ")
         finally:
             self.send("resume", tid)
         return None

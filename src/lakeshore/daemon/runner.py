@@ -196,20 +196,15 @@ class _Waiter:
             self.give_way = time.monotonic() + BURIAL_S  # for the "died" to come
 
     def _done(self, kind: str, payload: Any) -> Outcome:
-        if kind == "ok":
-            return Outcome(ok=True, result=json.loads(payload))
-        if kind == "error":
-            retry = bool(payload.pop("retry", True))
-            return Outcome(ok=False, error=payload, retry=retry)
-        if kind == "timeout" or self.ending == "timeout":
-            return self._timed_out()
-        return self._stopped()
+        if kind not in ("ok", "error") and self.ending == "timeout":
+            kind = "timeout"
+        return outcome_of(self.run.fn, self.run.timeout_s, kind, payload)
 
     def _died(self) -> Outcome:
         if self.ending == "timeout":
-            return self._timed_out()
+            return timed_out(self.run.fn, self.run.timeout_s)
         if self.ending == "stopped" or self.run._killed:
-            return self._stopped()
+            return stopped(self.run.fn)
         child, fn = self.ticket.child, self.run.fn
         if child.killed_for is not None:
             message = f"the process running {fn} was killed: {child.killed_for}"
@@ -217,13 +212,28 @@ class _Waiter:
             message = f"the process running {fn} died (exit code {child.exitcode})"
         return Outcome(ok=False, error={"type": "WorkerCrash", "message": message})
 
-    def _timed_out(self) -> Outcome:
-        message = f"{self.run.fn} ran past its timeout of {self.run.timeout_s} s"
-        return Outcome(ok=False, error={"type": "TimeoutError", "message": message})
 
-    def _stopped(self) -> Outcome:
-        message = f"the process running {self.run.fn} was stopped by the daemon"
-        return Outcome(ok=False, error={"type": "Stopped", "message": message})
+def outcome_of(fn: str, timeout_s: float | None, kind: str, payload: Any) -> Outcome:
+    """The outcome of a reply from :mod:`.calls` (``ok``, ``error``), or of a run that
+    ended ``timeout`` or ``cancelled`` (stopped by the daemon)."""
+    if kind == "ok":
+        return Outcome(ok=True, result=json.loads(payload))
+    if kind == "error":
+        retry = bool(payload.pop("retry", True))
+        return Outcome(ok=False, error=payload, retry=retry)
+    if kind == "timeout":
+        return timed_out(fn, timeout_s)
+    return stopped(fn)
+
+
+def timed_out(fn: str, timeout_s: float | None) -> Outcome:
+    message = f"{fn} ran past its timeout of {timeout_s} s"
+    return Outcome(ok=False, error={"type": "TimeoutError", "message": message})
+
+
+def stopped(fn: str) -> Outcome:
+    message = f"{fn} was stopped by the daemon (its lease was lost, or the daemon stopped)"
+    return Outcome(ok=False, error={"type": "Stopped", "message": message})
 
 
 def run(

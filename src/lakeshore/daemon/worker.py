@@ -29,6 +29,8 @@ from lakeshore.daemon.pool import Pool, PoolConfig
 from lakeshore.daemon.reporter import Reporter
 from lakeshore.daemon.sentinel import Sentinel
 from lakeshore.daemon.streaming import ItemSender
+from lakeshore.daemon.threads import ThreadRun, Threads
+from lakeshore.domain import runners as daemon_runners
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -41,7 +43,7 @@ class DaemonConfig:
     namespace: str | None = None
     capacity: int = 1
     tags: Sequence[str] = ()
-    runners: Sequence[str] = ("process",)
+    runner: str = daemon_runners.PROCESS  # process: a warm pool; thread: its own threads
     worker_id: str | None = None
     launch_id: str | None = None
     burst: bool = False
@@ -71,7 +73,8 @@ class Daemon:
     executor: ThreadPoolExecutor = field(init=False)
     closing: bool = False  # the background tasks are being stopped
     sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
-    pool: Pool = field(init=False)
+    pool: Pool | None = None  # the process runner's children
+    threads: Threads | None = None  # the thread runner
 
     async def run(self, *, own_process: bool = False) -> int:
         """Serve until stopped (``stop``, SIGTERM/SIGINT when ``own_process``, retired,
@@ -88,7 +91,10 @@ class Daemon:
                     loop.add_signal_handler(sig, self.stop.set)
             linux.become_subreaper()
         self.sentinel.start()
-        self.pool = Pool(self.config.pool, self.sentinel)
+        if self.config.runner == daemon_runners.THREAD:
+            self.threads = Threads(self.config.pool.preload)
+        else:
+            self.pool = Pool(self.config.pool, self.sentinel)
         try:
             return await self._serve()
         finally:
@@ -127,7 +133,9 @@ class Daemon:
                 self.closing = True
                 for task in (beat, reports):
                     await _cancelled(task)
-                await asyncio.to_thread(self.pool.close)
+                for runner_ in (self.pool, self.threads):
+                    if runner_ is not None:
+                        await asyncio.to_thread(runner_.close)
                 self.executor.shutdown(wait=False, cancel_futures=True)
         return 0
 
@@ -143,7 +151,7 @@ class Daemon:
     async def _hello(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "queues": list(self.config.queues),
-            "runners": list(self.config.runners),
+            "runners": [self.config.runner],
             "tags": list(self.config.tags),
             "capabilities": {"max_invocations": self.config.capacity},
         }
@@ -340,22 +348,20 @@ class Daemon:
     async def _execute(self, invocation: dict[str, Any]) -> None:
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
         items = ItemSender(self.http, f"{base}/stream")
-        run = runner.Run(
-            invocation["fn"],
-            invocation["args"],
-            invocation["kwargs"],
-            invocation["timeout_s"],
-            items.put,
-            self.pool,
-        )
+        call = (invocation["fn"], invocation["args"], invocation["kwargs"])
+        run: runner.Run | ThreadRun
+        if self.threads is not None:
+            run = self.threads.run(*call, invocation["timeout_s"], items.put)
+        else:
+            run = runner.Run(*call, invocation["timeout_s"], items.put, self.pool)
         running = asyncio.get_running_loop().run_in_executor(self.executor, run)
         try:
             outcome = await asyncio.shield(running)
             await items.close()
         except asyncio.CancelledError:
             run.kill()  # the lease is lost or the grace period is over: stop the run
-            # and hold its slot until it has ended (an async run is cancelled in its
-            # child, which may take a moment), so no more run at once than --capacity
+            # and hold its slot until it has ended (an async run is cancelled, which
+            # may take a moment), so no more run at once than --capacity
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.shield(running)
             raise
