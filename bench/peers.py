@@ -365,6 +365,7 @@ class Lakeshore:
         )
         args = [str(LAKESHORE), "daemon", "run", "--queue", queue]
         args += ["--capacity", str(self.run.opts.concurrency), *extra]
+        args += ["--runner", self.run.opts.runner, "--prefetch", str(self.run.opts.prefetch)]
         if burst:
             args.append("--burst")
         return RES.start(args, self.run.log(name), env)
@@ -1023,6 +1024,18 @@ def parse_args() -> argparse.Namespace:
         type=int,
         default=8,
         help="jobs at once per worker (Lakeshore's --capacity)",
+    )
+    parser.add_argument(
+        "--runner",
+        default="process",
+        choices=("process", "thread"),
+        help="how Lakeshore's daemons run invocations (--runner of lakeshore daemon run)",
+    )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        default=0,
+        help="invocations each Lakeshore daemon claims beyond its capacity (--prefetch)",
     )
     parser.add_argument("--quick", action="store_true", help="a short smoke run (small counts)")
     parser.add_argument(

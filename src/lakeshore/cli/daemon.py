@@ -42,6 +42,18 @@ def run(
             max=10_000,
         ),
     ] = 1,
+    prefetch: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Claim up to N invocations beyond --capacity, to start the moment a slot "
+            "frees instead of after a round trip to the server: for many short "
+            "invocations. They count as running (their leases are kept) while they wait; "
+            "leave it at 0 for long ones, so another daemon can take them.",
+            min=0,
+            max=10_000,
+        ),
+    ] = 0,
     tag: Annotated[
         list[str] | None,
         typer.Option("--tag", metavar="TAG", help="A tag (repeatable), e.g. gpu:h100."),
@@ -155,6 +167,7 @@ def run(
         queues=queue or [],
         namespace=cli.namespace if cli.namespace != "default" else None,
         capacity=capacity,
+        prefetch=prefetch,
         tags=tag or [],
         runner=runner,
         worker_id=worker_id,

@@ -42,6 +42,7 @@ class DaemonConfig:
     queues: Sequence[str]
     namespace: str | None = None
     capacity: int = 1
+    prefetch: int = 0  # invocations claimed ahead, waiting for a free slot
     tags: Sequence[str] = ()
     runner: str = daemon_runners.PROCESS  # process: a warm pool; thread: its own threads
     worker_id: str | None = None
@@ -73,6 +74,8 @@ class Daemon:
     executor: ThreadPoolExecutor = field(init=False)
     closing: bool = False  # the background tasks are being stopped
     sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
+    slots: asyncio.Semaphore = field(init=False)  # --capacity: what runs at once
+    prefetched: set[str] = field(default_factory=set)  # held, waiting for a slot
     pool: Pool | None = None  # the process runner's children
     threads: Threads | None = None  # the thread runner
 
@@ -90,6 +93,7 @@ class Daemon:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self.stop.set)
             linux.become_subreaper()
+        self.slots = asyncio.Semaphore(self.config.capacity)
         self.sentinel.start()
         if self.config.runner == daemon_runners.THREAD:
             self.threads = Threads(self.config.pool.preload)
@@ -153,7 +157,10 @@ class Daemon:
             "queues": list(self.config.queues),
             "runners": [self.config.runner],
             "tags": list(self.config.tags),
-            "capabilities": {"max_invocations": self.config.capacity},
+            "capabilities": {
+                "max_invocations": self.config.capacity,
+                **({"prefetch": self.config.prefetch} if self.config.prefetch else {}),
+            },
         }
         for key, value in (
             ("id", self.worker_id or self.config.worker_id),  # a second hello keeps the id
@@ -190,7 +197,7 @@ class Daemon:
         # retry's backoff), or that there is none and the daemon may exit
         look: dict[str, Any] | None = None
         while not self.stop.is_set():
-            free = self.config.capacity - len(self.running)
+            free = self._holds() - len(self.running)
             if free <= 0 or (self.config.burst and self.running):
                 # a burst daemon asks again once its work is done (each outcome's report
                 # claims what it frees meanwhile): no claim while it runs, and a claim
@@ -267,7 +274,11 @@ class Daemon:
         were empty when it asked: a second claim would only contend with it)."""
         if self.stop.is_set() or self.retired or self.polling:
             return 0
-        return self.config.capacity - len(self.running) + reported
+        return self._holds() - len(self.running) + reported
+
+    def _holds(self) -> int:
+        """The most invocations it holds at once: those running and those prefetched."""
+        return self.config.capacity + self.config.prefetch
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self.running.pop(task.get_name(), None)
@@ -297,6 +308,11 @@ class Daemon:
                 await self.stop.wait()
 
     async def _drain(self) -> None:
+        waiting = [self.running[i] for i in self.prefetched if i in self.running]
+        for task in waiting:  # not begun: they go back to the queue with the bye
+            task.cancel()
+        if waiting:
+            await asyncio.wait(waiting)
         if not self.running:
             return
         log.info("finishing %d running invocation(s)", len(self.running))
@@ -346,6 +362,17 @@ class Daemon:
         return True
 
     async def _execute(self, invocation: dict[str, Any]) -> None:
+        self.prefetched.add(invocation["id"])
+        try:
+            await self.slots.acquire()  # prefetched work waits here (a cancel ends the wait)
+        finally:
+            self.prefetched.discard(invocation["id"])
+        try:
+            await self._run(invocation)
+        finally:
+            self.slots.release()
+
+    async def _run(self, invocation: dict[str, Any]) -> None:
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
         items = ItemSender(self.http, f"{base}/stream")
         call = (invocation["fn"], invocation["args"], invocation["kwargs"])

@@ -62,6 +62,9 @@ class ClaimingWorker(Protocol):
     def max_invocations(self) -> int: ...
 
     @property
+    def holds(self) -> int: ...
+
+    @property
     def reach(self) -> Reach: ...
 
 
@@ -161,7 +164,7 @@ async def claim_once(
             # waiting claim answers 410 as soon as the retirement is done
             return Attempt(retiring=True)
         running = await lease_store.running_count(conn, worker.id)
-        free = min(limit, worker.max_invocations - running)
+        free = min(limit, worker.holds - running)
         if free <= 0:
             return Attempt()
         queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)

@@ -47,6 +47,9 @@ class Capabilities(BaseModel):
     max_invocations: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1
     current_invocations: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
     cost_weight: Annotated[float, Field(ge=0, le=1e6)] | None = None
+    # invocations it may hold beyond max_invocations, waiting for a free slot (a daemon's
+    # --prefetch): claimed ahead so a slot never waits on a round trip
+    prefetch: Annotated[int, Field(strict=True, ge=0, le=10_000)] | None = None
 
 
 class Hello(BaseModel):
@@ -66,6 +69,12 @@ class WorkerRef:
     namespace_id: str
     max_invocations: int
     reach: claims.Reach
+    prefetch: int = 0
+
+    @property
+    def holds(self) -> int:
+        """The most invocations it may hold at once: its capacity and its prefetch."""
+        return self.max_invocations + self.prefetch
 
 
 def parse_hello(body: Any) -> Hello:
@@ -208,6 +217,7 @@ async def _worker_in(conn: AsyncConnection, caller: Principal, worker_id: str) -
         namespace_id=row["namespace_id"],
         max_invocations=row["max_invocations"],
         reach=claims.Reach.of(row),
+        prefetch=int((row["capabilities"] or {}).get("prefetch") or 0),
     )
 
 
