@@ -143,6 +143,7 @@ def create_app(
             limiter=RateLimiter(),
             controller=controller,
             leadership=leadership,
+            callers=auth.Callers(store, token),
         )
         tasks = []
         if url.get_backend_name() == "postgresql":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
+from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -36,6 +37,10 @@ class AppState:
     limiter: RateLimiter
     controller: Controller
     leadership: Leadership
+    callers: auth.Callers  # who the presented tokens name (remembered for a second)
+    namespaces: MutableMapping[str, Namespace] = field(  # found by name, remembered
+        default_factory=lambda: TTLCache(auth.CALLERS_MAX, auth.CALLERS_TTL_S)
+    )
 
 
 def app_state(request: Request) -> AppState:
@@ -54,7 +59,7 @@ async def principal(
     comes through here, so a worker token is refused everywhere but the worker routes."""
     state = app_state(request)
     presented = credentials.credentials if credentials else None
-    caller = await auth.authenticate(state.store, state.admin_token, presented)
+    caller = await state.callers.authenticate(presented)
     route = request.scope.get("route")
     caller.require_scope(getattr(route, "path", None) or request.scope["path"])
     return caller
@@ -65,7 +70,8 @@ async def namespace(
     request: Request,
     caller: Annotated[Principal, Depends(principal)],
 ) -> Namespace:
-    return await ns_service.resolve(app_state(request).store, caller, ns)
+    state = app_state(request)
+    return await ns_service.resolve(state.store, caller, ns, state.namespaces)
 
 
 State = Annotated[AppState, Depends(app_state)]

@@ -12,9 +12,13 @@ write queues, submit or cancel work.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from cachetools import TTLCache
 
 from lakeshore import files
 from lakeshore.defaults import ADMIN_TOKEN_MIN_CHARS
@@ -61,23 +65,59 @@ ADMIN = Principal(kind="admin")
 
 
 async def authenticate(store: Store, admin_token: str, presented: str | None) -> Principal:
-    if not presented:
-        raise Unauthorized("missing token: send Authorization: Bearer <token>")
-    if tokens.same_token(presented, admin_token):
-        return ADMIN
-    parsed = tokens.parse(presented)
-    if parsed is not None:
-        async with store.read() as conn:
+    """The caller a presented token names, read from the store (401 if it names none)."""
+    return await Callers(store, admin_token, ttl_s=0).authenticate(presented)
+
+
+CALLERS_TTL_S = 1.0  # a token revoked on any replica is refused within this long
+CALLERS_MAX = 10_000  # tokens remembered at once, the least recently used dropped first
+
+
+class Callers:
+    """Who the presented tokens name, remembered for ``ttl_s`` so a busy daemon's requests
+    do not each read its token: a revocation takes effect within ``ttl_s`` on every
+    replica. Only a token's digest is kept (the entry is found by the token's id and the
+    presented secret checked against it), and a worker token only once it is bound to its
+    worker, so the hello that binds it is seen by the next request."""
+
+    def __init__(
+        self,
+        store: Store,
+        admin_token: str,
+        *,
+        ttl_s: float = CALLERS_TTL_S,
+        timer: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store, self.admin_token = store, admin_token
+        self._known: TTLCache[str, tuple[str, Principal]] | None = (
+            TTLCache(CALLERS_MAX, ttl_s, timer=timer) if ttl_s > 0 else None
+        )
+
+    async def authenticate(self, presented: str | None) -> Principal:
+        if not presented:
+            raise Unauthorized("missing token: send Authorization: Bearer <token>")
+        if tokens.same_token(presented, self.admin_token):
+            return ADMIN
+        parsed = tokens.parse(presented)
+        if parsed is None:
+            raise Unauthorized("invalid or missing token")
+        known = self._known.get(parsed.id) if self._known is not None else None
+        if known is not None and tokens.matches(parsed.secret, known[0]):
+            return known[1]
+        async with self.store.read() as conn:
             row = await ns_store.get_token(conn, parsed.id)
-        if row is not None and tokens.matches(parsed.secret, row["secret_hash"]):
-            return Principal(
-                kind="worker" if row["kind"] == "worker" else "namespace",
-                namespace_id=row["namespace_id"],
-                namespace=row["namespace_name"],
-                token_id=row["id"],
-                worker_id=row["worker_id"],
-            )
-    raise Unauthorized("invalid or missing token")
+        if row is None or not tokens.matches(parsed.secret, row["secret_hash"]):
+            raise Unauthorized("invalid or missing token")
+        caller = Principal(
+            kind="worker" if row["kind"] == "worker" else "namespace",
+            namespace_id=row["namespace_id"],
+            namespace=row["namespace_name"],
+            token_id=row["id"],
+            worker_id=row["worker_id"],
+        )
+        if self._known is not None and (caller.kind == "namespace" or caller.worker_id):
+            self._known[parsed.id] = (row["secret_hash"], caller)
+        return caller
 
 
 def load_or_create_admin_token(configured: str | None, path: Path) -> tuple[str, Path | None]:

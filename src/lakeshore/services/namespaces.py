@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -46,13 +47,25 @@ class IssuedToken:
         }
 
 
-async def resolve(store: Store, principal: Principal, name: str) -> Namespace:
-    """The namespace ``name`` as ``principal`` sees it: 404 if absent *or* not theirs."""
+async def resolve(
+    store: Store,
+    principal: Principal,
+    name: str,
+    known: MutableMapping[str, Namespace] | None = None,
+) -> Namespace:
+    """The namespace ``name`` as ``principal`` sees it: 404 if absent *or* not theirs.
+    ``known`` remembers the namespaces found (a namespace's id and name never change)."""
     if principal.can_see(name) and is_valid_name(name):
+        found = known.get(name) if known is not None else None
+        if found is not None:
+            return found
         async with store.read() as conn:
             row = await ns_store.get_by_name(conn, name)
         if row is not None:
-            return Namespace(id=row["id"], name=row["name"], created_at=row["created_at"])
+            found = Namespace(id=row["id"], name=row["name"], created_at=row["created_at"])
+            if known is not None:
+                known[name] = found
+            return found
     raise NotFound(f'namespace "{name}" not found', field="namespace")
 
 
