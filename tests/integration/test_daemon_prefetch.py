@@ -61,7 +61,8 @@ async def test_a_daemon_prefetches_runs_its_capacity_and_hands_back_the_rest_at_
         run = asyncio.create_task(daemon.run())
         try:
             for _ in range(600):  # bounded: at most a minute
-                if (await _states(http, "ahead")).get("running") == 3:
+                held = (await _states(http, "ahead")).get("running")
+                if held == 3 and len(daemon.prefetched) == 2:  # the daemon has them too
                     break
                 await asyncio.sleep(0.1)
             states = await _states(http, "ahead")

@@ -148,38 +148,59 @@ async def _steal_wait_s(
     return max(0.0, delay_s - (now - since).total_seconds())
 
 
+_UNTOUCHED: Any = object()
+
+
 async def claim_once(
     store: Store, worker: ClaimingWorker, reach: Reach, limit: int, now: datetime, lease_s: float
 ) -> Attempt:
-    """Lease what the worker may take now: its own queues first; stolen work only when
-    those gave nothing and the worker is idle (see the module's rules)."""
+    """Lease what the worker may take now, in a transaction of its own."""
     async with store.write() as conn:
+        return await claim_in(conn, worker, reach, limit, now, lease_s)
+
+
+async def claim_in(
+    conn: AsyncConnection,
+    worker: ClaimingWorker,
+    reach: Reach,
+    limit: int,
+    now: datetime,
+    lease_s: float,
+    *,
+    seen: Any = _UNTOUCHED,
+) -> Attempt:
+    """Lease what the worker may take now, in the caller's write transaction: its own
+    queues first; stolen work only when those gave nothing and the worker is idle (see
+    the module's rules). 404/410 for a worker dropped or retired meanwhile. ``seen`` is
+    what :func:`worker_store.touch` answered, when the caller touched the worker first
+    (its row is locked before any invocation's, as a heartbeat locks them)."""
+    if seen is _UNTOUCHED:
         seen = await worker_store.touch(conn, worker.id, now)
-        if seen is None:  # retired (or dropped) while this claim waited
-            if await worker_store.is_retired(conn, worker.id):
-                raise Gone(f'worker "{worker.id}" was retired', field="id")
-            raise NotFound(f'worker "{worker.id}" not found; say hello first', field="id")
-        if seen:
-            # the controller is stopping it: nothing more, and a quick re-check so the
-            # waiting claim answers 410 as soon as the retirement is done
-            return Attempt(retiring=True)
-        running = await lease_store.running_count(conn, worker.id)
-        free = min(limit, worker.holds - running)
-        if free <= 0:
-            return Attempt()
-        queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
-        subscribed = [q for q in queues if q["own"]]
-        own = [q for q in subscribed if q["state"] != "paused"]
-        claimed = await _lease(conn, own, worker.id, free, now, lease_s)
-        if claimed or running:
-            return Attempt(claimed)  # only an idle worker steals
-        siblings = [q for q in queues if not q["own"] and reach.admits(q)]
-        if not siblings:
-            return Attempt()
-        wait_s = await _steal_wait_s(conn, worker.id, steal_delay_s(subscribed), now)
-        if wait_s > 0:
-            return Attempt(steal_in_s=wait_s)
-        return Attempt(await _lease(conn, siblings, worker.id, free, now, lease_s))
+    if seen is None:  # retired (or dropped) while this claim waited
+        if await worker_store.is_retired(conn, worker.id):
+            raise Gone(f'worker "{worker.id}" was retired', field="id")
+        raise NotFound(f'worker "{worker.id}" not found; say hello first', field="id")
+    if seen:
+        # the controller is stopping it: nothing more, and a quick re-check so the
+        # waiting claim answers 410 as soon as the retirement is done
+        return Attempt(retiring=True)
+    running = await lease_store.running_count(conn, worker.id)
+    free = min(limit, worker.holds - running)
+    if free <= 0:
+        return Attempt()
+    queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
+    subscribed = [q for q in queues if q["own"]]
+    own = [q for q in subscribed if q["state"] != "paused"]
+    claimed = await _lease(conn, own, worker.id, free, now, lease_s)
+    if claimed or running:
+        return Attempt(claimed)  # only an idle worker steals
+    siblings = [q for q in queues if not q["own"] and reach.admits(q)]
+    if not siblings:
+        return Attempt()
+    wait_s = await _steal_wait_s(conn, worker.id, steal_delay_s(subscribed), now)
+    if wait_s > 0:
+        return Attempt(steal_in_s=wait_s)
+    return Attempt(await _lease(conn, siblings, worker.id, free, now, lease_s))
 
 
 async def long_poll(

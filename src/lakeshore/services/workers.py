@@ -404,14 +404,27 @@ async def report(
     now: datetime,
     lease_s: float = LEASE_S,
 ) -> dict[str, Any]:
-    """Many outcomes in one transaction, then (``claim`` > 0) a claim of up to that many
-    more without waiting: a busy daemon's one round trip per batch. ``refused`` are the
+    """Many outcomes and (``claim`` > 0) a claim of up to that many more without waiting,
+    in one transaction: a busy daemon's one round trip per batch. ``refused`` are the
     items the route turned away (too large, not storable), answered as such. A worker
     retired meanwhile gets its outcomes recorded and nothing more (``retired``)."""
-    async with store.write() as conn:
+    claimed: list[dict[str, Any]] = []
+    retired = False
+    async with store.write() as conn:  # the outcomes and the claim: one transaction
         worker = await _worker_in(conn, caller, worker_id)
+        # the worker's row first, then its invocations': the order a heartbeat takes
+        # them in, so the two cannot deadlock on PostgreSQL
+        seen = await worker_store.touch(conn, worker.id, now) if claim > 0 else None
         states = await lease_store.report(conn, worker.id, reports, now)
         await wakeups.publish(conn, [stream_key(i) for i in states])
+        if claim > 0:
+            try:
+                attempt = await claims.claim_in(
+                    conn, worker, worker.reach, claim, now, lease_s, seen=seen
+                )
+                claimed, retired = attempt.claimed, attempt.retiring
+            except (Gone, NotFound):  # raised before it wrote: the outcomes still commit
+                retired = True
     notifier.notify([stream_key(i) for i in states])
     answers: list[dict[str, Any]] = []
     for item in reports:
@@ -421,14 +434,6 @@ async def report(
             not_held = str(_not_held(item.invocation_id))
             answers.append({"id": item.invocation_id, "refused": "not_held", "message": not_held})
     answers += [{"id": i, **refusal} for i, refusal in refused.items()]
-    claimed: list[dict[str, Any]] = []
-    retired = False
-    if claim > 0:
-        try:
-            attempt = await claims.claim_once(store, worker, worker.reach, claim, now, lease_s)
-            claimed, retired = attempt.claimed, attempt.retiring
-        except (Gone, NotFound):
-            retired = True
     return {"results": answers, "invocations": claimed, "retired": retired}
 
 
