@@ -59,15 +59,20 @@ async def insert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> 
         return []
     dialect_insert = postgresql.insert if _is_pg(conn) else sqlite.insert
     stmt = dialect_insert(invocations).on_conflict_do_nothing(index_elements=["queue_id", "key"])
-    await conn.execute(stmt, list(rows))
-    ids = [row["id"] for row in rows]
-    keyed = {(row["queue_id"], row["key"]) for row in rows if row["key"] is not None}
-    where: ColumnElement[bool] = C.id.in_(ids)
-    if keyed:
-        where = or_(where, tuple_(C.queue_id, C.key).in_(sorted(keyed)))
-    stored = (await conn.execute(select(invocations).where(where))).mappings().all()
-    by_id = {row["id"]: row for row in stored}
-    by_key = {(row["queue_id"], row["key"]): row for row in stored if row["key"] is not None}
+    # one statement for the new rows (INSERT … RETURNING); a read only for the rows whose
+    # key was taken already
+    inserted = (await conn.execute(stmt.returning(*invocations.c), list(rows))).mappings().all()
+    by_id = {row["id"]: row for row in inserted}
+    by_key = {(row["queue_id"], row["key"]): row for row in inserted if row["key"] is not None}
+    taken = {
+        (row["queue_id"], row["key"])
+        for row in rows
+        if row["id"] not in by_id and (row["queue_id"], row["key"]) not in by_key
+    }
+    if taken:
+        query = select(invocations).where(tuple_(C.queue_id, C.key).in_(sorted(taken)))
+        for row in (await conn.execute(query)).mappings():
+            by_key[(row["queue_id"], row["key"])] = row
     return [
         by_key[(row["queue_id"], row["key"])] if row["key"] is not None else by_id[row["id"]]
         for row in rows
