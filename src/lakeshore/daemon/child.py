@@ -13,8 +13,10 @@ timeout_s)``, ``("cancel", id)`` and ``("exit",)``. It sends ``("begin", id)`` a
 an invocation up (its ``timeout_s`` runs from there), ``("pause", id)`` / ``("resume",
 id)`` around set-up (preloads, a module's first import, a ``@udf(setup=...)`` hook: the
 child warming up, not counted in ``timeout_s``), ``("kind", id, "plain" | "async")`` once
-it has imported ``fn``, ``("item", id, json)`` per item streamed, and ``("done", id, kind,
-payload, rss)`` where ``kind`` is ``ok``, ``error``, ``timeout`` or ``cancelled``.
+it has imported ``fn`` (``begin`` and ``kind`` only for a function it has not run yet: the
+daemon, which knows which functions a child has run, starts the clock of the others),
+``("item", id, json)`` per item streamed, and ``("done", id, kind, payload, rss)`` where
+``kind`` is ``ok``, ``error``, ``timeout`` or ``cancelled``.
 
 A plain function runs on the main thread, alone (the daemon sends nothing else meanwhile);
 ``async def`` ones run on an event loop kept for the child's life, several at once
@@ -44,6 +46,7 @@ class Child:
     def __init__(self, conn: Connection, preload: list[str]) -> None:
         self.conn = conn
         self.preload = list(preload)  # still to import (a failure is tried again)
+        self.known: set[str] = set()  # functions imported here: no begin, no kind for them
         self.set_up: set[int] = set()  # id() of each hook that ran to its end here
         self.hooks: dict[int, asyncio.Task[None]] = {}  # async hooks under way
         self.loop = asyncio.new_event_loop()
@@ -73,7 +76,9 @@ class Child:
     def _prepare(self, tid: str, fn: str) -> Any:
         """Preloads still to do, then import ``fn``: its target, or an error reply. The
         imports are the child's warming up, not counted in the invocation's time-out."""
-        self.send("begin", tid)  # its clock starts
+        known = fn in self.known and not self.preload
+        if not known:  # the daemon starts the clock of a function this child knows itself
+            self.send("begin", tid)  # its clock starts
         warming = bool(self.preload) or fn.partition(":")[0] not in sys.modules
         if warming:
             self.send("pause", tid)
@@ -91,7 +96,9 @@ class Child:
         finally:
             if warming:
                 self.send("resume", tid)
-        self.send("kind", tid, "async" if calls.is_async(target) else "plain")
+        if not known:
+            self.send("kind", tid, "async" if calls.is_async(target) else "plain")
+            self.known.add(fn)
         return target
 
     def _run(

@@ -53,6 +53,7 @@ class Ticket:
     fn: str
     child: ChildProcess
     kind: placement.Kind | None = None
+    warm: bool = False  # its child has run ``fn`` before: it sends no ``begin`` for it
     messages: queue.Queue[tuple[Any, ...]] = field(default_factory=queue.Queue)
 
 
@@ -115,7 +116,9 @@ class Pool:
             views = [child.view() for child in self._children]
             index = placement.choose(views, fn, self._kinds.get(fn), self.config.async_concurrency)
             child = self._start() if index is None else self._children[index]
-            ticket = Ticket(str(next(self._ids)), fn, child, self._kinds.get(fn))
+            ticket = Ticket(
+                str(next(self._ids)), fn, child, self._kinds.get(fn), warm=fn in child.seen
+            )
             child.tickets[ticket.id] = ticket
             child.seen.add(fn)
         child.send("run", ticket.id, fn, args, kwargs, timeout_s)

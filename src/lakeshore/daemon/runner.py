@@ -119,6 +119,8 @@ class _Waiter:
         # until then a child must have begun, an async run ended, a killed child be gone
         self.give_way: float | None = time.monotonic() + START_S
         self.began = False
+        if ticket.warm:  # a child that ran it before takes it up at once, and says nothing
+            self._clock("begin")
         self.killing = False  # its child has been killed
 
     def outcome(self) -> Outcome:
