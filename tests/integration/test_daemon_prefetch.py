@@ -79,3 +79,57 @@ async def test_a_daemon_prefetches_runs_its_capacity_and_hands_back_the_rest_at_
         states = await _states(http, "ahead")
     assert (states.get("succeeded"), states.get("pending"), states.get("running", 0)) == (1, 3, 0)
     assert daemon.completed == 1
+
+
+class _HeldReports(httpx.AsyncBaseTransport):
+    """The app's transport, with every report of outcomes held until ``release``."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.release = asyncio.Event()
+        self.held = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/results"):
+            self.held += 1
+            await self.release.wait()
+        return await self.inner.handle_async_request(request)
+
+
+async def test_a_prefetched_invocation_starts_while_the_last_ones_report_is_on_its_way(
+    app_transport: httpx.AsyncBaseTransport, tmp_path: Path
+) -> None:
+    """A slot is free once its run has ended, not once the report's answer is back: with
+    the reports held, the prefetched invocation still runs."""
+    held = _HeldReports(app_transport)
+    record = tmp_path / "ran"
+    daemon = daemon_for(held, "slots")
+    daemon.config.capacity, daemon.config.prefetch, daemon.config.burst = 1, 1, False
+    async with httpx.AsyncClient(
+        transport=app_transport,
+        base_url="http://lakeshore.test",
+        headers={"Authorization": f"Bearer {daemon.config.token}"},
+    ) as http:
+        items = [{"fn": "tests.udfs:record", "args": [str(record), n]} for n in (1, 2)]
+        made = await http.post(f"{NS}/queues/slots/invocations/batch", json={"invocations": items})
+        assert made.status_code == 201, made.text
+        run = asyncio.create_task(daemon.run())
+        try:
+            for _ in range(600):  # bounded: at most a minute
+                if record.exists() and len(record.read_text().split()) == 2:
+                    break
+                await asyncio.sleep(0.1)
+            assert sorted(record.read_text().split()) == ["1", "2"]  # both ran...
+            states = await _states(http, "slots")
+            assert states.get("running") == 2  # ...and neither report has been recorded
+            assert held.held >= 1
+            held.release.set()
+            for _ in range(600):
+                if (await _states(http, "slots")).get("succeeded") == 2:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            held.release.set()
+            daemon.stop.set()
+            await asyncio.gather(run, return_exceptions=True)
+        assert (await _states(http, "slots")).get("succeeded") == 2

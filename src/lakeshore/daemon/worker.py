@@ -368,20 +368,30 @@ class Daemon:
         finally:
             self.prefetched.discard(invocation["id"])
         try:
-            await self._run(invocation)
+            outcome = await self._run(invocation)
         finally:
-            self.slots.release()
+            self.slots.release()  # the run is over: a prefetched invocation starts now,
+            # not once the report's round trip is done
+        # from here on the child is done: a heartbeat that no longer lists it (the report
+        # was recorded before its answer came back) must not cancel the report
+        self.reporting.add(invocation["id"])
+        try:
+            await self._deliver(invocation["id"], outcome)
+        finally:
+            self.reporting.discard(invocation["id"])
 
-    async def _run(self, invocation: dict[str, Any]) -> None:
+    async def _run(self, invocation: dict[str, Any]) -> runner.Outcome:
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
         items = ItemSender(self.http, f"{base}/stream")
         call = (invocation["fn"], invocation["args"], invocation["kwargs"])
         run: runner.Run | ThreadRun
+        running: asyncio.Future[runner.Outcome]
         if self.threads is not None:
             run = self.threads.run(*call, invocation["timeout_s"], items.put)
-        else:
+            running = asyncio.get_running_loop().run_in_executor(self.executor, run)
+        else:  # waited for on this loop: no thread per invocation
             run = runner.Run(*call, invocation["timeout_s"], items.put, self.pool)
-        running = asyncio.get_running_loop().run_in_executor(self.executor, run)
+            running = asyncio.ensure_future(run.run())
         try:
             outcome = await asyncio.shield(running)
             await items.close()
@@ -396,13 +406,7 @@ class Daemon:
             items.cancel()
         if items.error is not None:
             outcome = runner.Outcome(ok=False, error=items.error, retry=False)
-        # from here on the child is done: a heartbeat that no longer lists it (the report
-        # was recorded before its answer came back) must not cancel the report
-        self.reporting.add(invocation["id"])
-        try:
-            await self._deliver(invocation["id"], outcome)
-        finally:
-            self.reporting.discard(invocation["id"])
+        return outcome
 
     async def _deliver(self, invocation_id: str, outcome: runner.Outcome) -> None:
         if outcome.ok:
