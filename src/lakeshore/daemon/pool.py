@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -46,8 +46,10 @@ class PoolConfig:
 
 @dataclass(eq=False)
 class Ticket:
-    """One invocation sent to a child; ``messages`` receives what the child says of it
-    (``item``, ``pause``, ``resume``, ``done``) and, if the child ends first, ``died``."""
+    """One invocation sent to a child; ``post`` is handed what the child says of it
+    (``item``, ``pause``, ``resume``, ``done``) and, if the child ends first, ``died``,
+    from the child's reader thread. By default it goes to ``messages``, for a thread
+    that waits; a waiter on an event loop passes its own (see :meth:`Pool.submit`)."""
 
     id: str
     fn: str
@@ -55,6 +57,15 @@ class Ticket:
     kind: placement.Kind | None = None
     warm: bool = False  # its child has run ``fn`` before: it sends no ``begin`` for it
     messages: queue.Queue[tuple[Any, ...]] = field(default_factory=queue.Queue)
+    post: Callable[[tuple[Any, ...]], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.post is None:
+            self.post = self.messages.put
+
+    def tell(self, message: tuple[Any, ...]) -> None:
+        assert self.post is not None
+        self.post(message)
 
 
 @dataclass(eq=False)
@@ -108,8 +119,17 @@ class Pool:
         with self._lock:
             return [child.pid for child in self._children]
 
-    def submit(self, fn: str, args: list[Any], kwargs: dict[str, Any], timeout_s: Any) -> Ticket:
-        """Send an invocation to the child that takes it, starting one if none can."""
+    def submit(
+        self,
+        fn: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        timeout_s: Any,
+        post: Callable[[tuple[Any, ...]], None] | None = None,
+    ) -> Ticket:
+        """Send an invocation to the child that takes it, starting one if none can;
+        what the child says of it goes to ``post`` (by default the ticket's
+        ``messages``)."""
         with self._lock:
             if self.closed:
                 raise RuntimeError("the pool is closed")
@@ -117,7 +137,12 @@ class Pool:
             index = placement.choose(views, fn, self._kinds.get(fn), self.config.async_concurrency)
             child = self._start() if index is None else self._children[index]
             ticket = Ticket(
-                str(next(self._ids)), fn, child, self._kinds.get(fn), warm=fn in child.seen
+                str(next(self._ids)),
+                fn,
+                child,
+                self._kinds.get(fn),
+                warm=fn in child.seen,
+                post=post,
             )
             child.tickets[ticket.id] = ticket
             child.seen.add(fn)
@@ -230,7 +255,7 @@ class Pool:
                 self._kinds[ticket.fn] = message[2]
             return
         if kind != "done":
-            ticket.messages.put(message)
+            ticket.tell(message)
             return
         with self._lock:
             child.tickets.pop(tid, None)
@@ -244,7 +269,7 @@ class Pool:
             ):
                 child.retiring = True
             retire = child.retiring and not child.tickets
-        ticket.messages.put(message)
+        ticket.tell(message)
         if retire:
             log.info(
                 "recycling child %d after %d invocation(s), %d MiB resident",
@@ -271,7 +296,7 @@ class Pool:
             child.tickets.clear()
         child.conn.close()
         for ticket in orphans:
-            ticket.messages.put(("died", ticket.id))
+            ticket.tell(("died", ticket.id))
 
 
 def _reap_group(pgid: int, within_s: float = 2.0) -> None:

@@ -16,6 +16,8 @@ killed, and the other invocations it ran fail as a crash would (and are retried)
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.machinery
 import importlib.util
 import json
@@ -91,7 +93,7 @@ class Run:
     def kill(self) -> None:
         self._killed = True
         if self._ticket is not None:
-            self._ticket.messages.put(("kill", self._ticket.id))  # wait() acts on it
+            self._ticket.tell(("kill", self._ticket.id))  # the waiter acts on it
 
     def wait(self) -> Outcome:
         assert self._ticket is not None, "start first"
@@ -105,6 +107,28 @@ class Run:
         """Start and wait (blocking; call it from a thread)."""
         self.start()
         return self.wait()
+
+    async def run(self) -> Outcome:
+        """Start and wait on the running event loop: the child's reader thread hands
+        each message to the loop, so no thread waits for the invocation (the daemon's
+        way; ``kill`` still works from any thread)."""
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+
+        def post(message: tuple[Any, ...]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(inbox.put_nowait, message)
+
+        self._ticket = self.pool.submit(
+            self.fn, self._args, self._kwargs, self.timeout_s, post=post
+        )
+        if self._killed:
+            self.kill()
+        try:
+            return await _Waiter(self, self._ticket).outcome_on(inbox)
+        finally:
+            if self._own_pool:
+                await asyncio.to_thread(self.pool.close)
 
 
 class _Waiter:
@@ -128,6 +152,21 @@ class _Waiter:
             try:
                 message = self.ticket.messages.get(timeout=self._next_s())
             except queue.Empty:
+                ended = self._expired()
+                if ended is not None:
+                    return ended
+                continue
+            ended = self._take(message)
+            if ended is not None:
+                return ended
+
+    async def outcome_on(self, inbox: asyncio.Queue[tuple[Any, ...]]) -> Outcome:
+        """:meth:`outcome`, for a ticket whose messages go to ``inbox``."""
+        while True:
+            try:
+                async with asyncio.timeout(self._next_s()):
+                    message = await inbox.get()
+            except TimeoutError:
                 ended = self._expired()
                 if ended is not None:
                     return ended
