@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import (
     RowMapping,
+    bindparam,
     delete,
     false,
     func,
@@ -18,6 +19,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.elements import BindParameter
 
 from lakeshore.store.tables import (
     invocations,
@@ -118,23 +121,11 @@ async def subscribed_queues(conn: AsyncConnection, worker_id: str) -> list[RowMa
     return list((await conn.execute(query)).mappings())
 
 
-async def claimable_queues(
-    conn: AsyncConnection, worker_id: str, namespace_id: str
-) -> list[RowMapping]:
-    """The worker's own queues (paused ones too, for their ``steal_delay_s``: claims
-    take only from dispatching ones) and the pool siblings of its dispatching queues, in
-    one query.
-
-    A sibling is a dispatching (active or draining) queue of the worker's namespace that
-    the worker does not subscribe to and whose ``pool`` is the pool of one of the
-    worker's own dispatching queues. Each row has what claims need plus ``elasticity``
-    (for the sibling's ``match`` and the own queues' ``steal_delay_s``) and ``own``
-    (truthy for the worker's own queues). Own queues come first, each group by name.
-
-    Both halves start from an index (the worker's memberships; queues by state and
-    pool), so the cost follows the worker's queues and pools, not the namespace's size.
-    """
+def _claimable_query() -> Select[Any]:
+    """The statement :func:`claimable_queues` runs, built once (building it is most of
+    its cost on the claim path), with ``worker_id`` and ``namespace_id`` bound per call."""
     q = queues.c
+    worker_id: BindParameter[str] = bindparam("worker_id")
     columns = (q.id, q.name, q.kind, q.kind_params, q.admission, q.state, q.pool, q.elasticity)
     membership = select(worker_queues.c.queue_id).where(worker_queues.c.worker_id == worker_id)
     own = (
@@ -155,12 +146,34 @@ async def claimable_queues(
     siblings = select(*columns, false().label("own")).where(
         q.state.in_(_DISPATCHING),
         q.pool.in_(own_pools.scalar_subquery()),
-        q.namespace_id == namespace_id,
+        q.namespace_id == bindparam("namespace_id"),
         q.id.not_in(membership.scalar_subquery()),
     )
     both = union_all(own, siblings).subquery("claimable")
-    query = select(both).order_by(both.c.own.desc(), both.c.name)
-    return list((await conn.execute(query)).mappings())
+    return select(both).order_by(both.c.own.desc(), both.c.name)
+
+
+_CLAIMABLE = _claimable_query()
+
+
+async def claimable_queues(
+    conn: AsyncConnection, worker_id: str, namespace_id: str
+) -> list[RowMapping]:
+    """The worker's own queues (paused ones too, for their ``steal_delay_s``: claims
+    take only from dispatching ones) and the pool siblings of its dispatching queues, in
+    one query.
+
+    A sibling is a dispatching (active or draining) queue of the worker's namespace that
+    the worker does not subscribe to and whose ``pool`` is the pool of one of the
+    worker's own dispatching queues. Each row has what claims need plus ``elasticity``
+    (for the sibling's ``match`` and the own queues' ``steal_delay_s``) and ``own``
+    (truthy for the worker's own queues). Own queues come first, each group by name.
+
+    Both halves start from an index (the worker's memberships; queues by state and
+    pool), so the cost follows the worker's queues and pools, not the namespace's size.
+    """
+    params = {"worker_id": worker_id, "namespace_id": namespace_id}
+    return list((await conn.execute(_CLAIMABLE, params)).mappings())
 
 
 async def idle_since(conn: AsyncConnection, worker_id: str) -> datetime | None:
