@@ -74,6 +74,12 @@ async def namespace(
     return await ns_service.resolve(state.store, caller, ns, state.namespaces)
 
 
-State = Annotated[AppState, Depends(app_state)]
+async def _state(request: Request) -> AppState:
+    """:func:`app_state` as a dependency: a coroutine, since FastAPI runs a plain
+    function dependency on a worker thread, a thread hand-off on every request."""
+    return app_state(request)
+
+
+State = Annotated[AppState, Depends(_state)]
 Caller = Annotated[Principal, Depends(principal)]
 InNamespace = Annotated[Namespace, Depends(namespace)]

@@ -113,7 +113,7 @@ async def _existing_invocation(invocation_id: str, ns: InNamespace, state: State
     return invocation_id
 
 
-def _resume_after(
+async def _resume_after(
     after: Annotated[
         int, Query(ge=-1, le=stream_service.MAX_SEQ, description="Start after this item number")
     ] = -1,

@@ -25,7 +25,7 @@ def _body_schema() -> dict[str, Any]:
     }
 
 
-def _json_only(request: Request) -> None:
+async def _json_only(request: Request) -> None:
     """Registrations are JSON: another declared media type is 415, not a confusing 422."""
     declared = request.headers.get("content-type")
     if declared is None:

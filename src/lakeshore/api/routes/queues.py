@@ -27,7 +27,7 @@ QUEUE_PATCH_BODY = {
 }
 
 
-def _json_only(request: Request) -> None:
+async def _json_only(request: Request) -> None:
     """Queue bodies are JSON: another declared media type is 415, not a confusing 422."""
     declared = request.headers.get("content-type")
     if declared is None:
