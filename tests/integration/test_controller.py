@@ -249,6 +249,28 @@ async def test_threshold_counters_are_persisted_between_ticks(
     assert second["reason"] == "utilization 1.00 >= 0.80 for 2 ticks → launch"
 
 
+async def test_pool_with_threshold_keeps_min_daemons_warm(api: httpx.AsyncClient) -> None:
+    """Idle and empty, below min: one launch per tick until daemons + in flight reach min,
+    then the hysteresis as before (and never a kill below min)."""
+    await provider(api)
+    await queue(api, "warm", {"kind": "pool_with_threshold", "min": 2, "max": 4}, providerRef="fk")
+    first = (await tick(api))["warm"]
+    assert (first["action"], first["rule"]) == ("scale_up", "pool_with_threshold.below_min")
+    assert first["reason"] == "below min (2): daemons 0 + in flight 0 → launch"
+    second = (await tick(api))["warm"]
+    assert second["reason"] == "below min (2): daemons 0 + in flight 1 → launch"
+    third = (await tick(api))["warm"]
+    assert third["action"] == "tick_noop"  # two booting: min is covered
+    launched = (await api.get(f"{NS}/providers/fk/launches")).json()["launches"]
+    assert len(launched) == 2
+    for launch in launched:
+        await hello(api, ["warm"], launch_id=launch["id"])
+    for _ in range(3):  # idle at min: no kill, no launch
+        steady = (await tick(api))["warm"]
+        assert steady["action"] == "tick_noop"
+        assert steady["before"]["daemon_count"] == 2
+
+
 async def test_a_queue_pinned_to_another_node_is_not_ticked(api: httpx.AsyncClient) -> None:
     await queue(api, "elsewhere", elastic(), serverNodeId="node-b")
     await queue(api, "here", elastic())

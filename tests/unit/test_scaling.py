@@ -393,6 +393,31 @@ THRESHOLD_RULES = [
         pwt(), 0.0, Counters(0, 1), 0, 0, "tick_noop", Counters(0, 2), "at_min",
         "at min (0): utilization 0.00 <= 0.30 for 2 ticks, daemons 0", id="nothing to kill",
     ),
+    # "Keep min daemons warm": below min, counting launches in flight, launch one
+    pytest.param(
+        pwt(min=2, max=4), 0.0, Counters(0, 1), 0, 0, "scale_up", Counters(0, 2), "below_min",
+        "below min (2): daemons 0 + in flight 0 → launch", id="below min launches, idle or not",
+    ),
+    pytest.param(
+        pwt(min=2), 0.0, Counters(), 1, 0, "scale_up", Counters(0, 1), "below_min",
+        "below min (2): daemons 1 + in flight 0 → launch", id="one under min launches",
+    ),
+    pytest.param(
+        pwt(min=2), 0.0, Counters(), 1, 1, "tick_noop", Counters(0, 1), "cooling_down",
+        "utilization 0.00 <= 0.30 for 1 tick (needs 2)", id="a launch in flight counts toward min",
+    ),
+    pytest.param(
+        pwt(min=3), 0.9, Counters(1, 0), 1, 0, "scale_up", Counters(0, 0), "below_min",
+        "below min (3): daemons 1 + in flight 0 → launch", id="a due window is spent by the launch",
+    ),
+    pytest.param(
+        pwt(min=2), 0.9, Counters(), 1, 0, "scale_up", Counters(1, 0), "below_min",
+        "below min (2): daemons 1 + in flight 0 → launch", id="a window under way is kept",
+    ),
+    pytest.param(
+        pwt(min=5, max=2), 0.0, Counters(), 2, 0, "tick_noop", Counters(0, 1), "cooling_down",
+        "utilization 0.00 <= 0.30 for 1 tick (needs 2)", id="never past max",
+    ),
 ]  # fmt: skip
 
 
@@ -727,6 +752,7 @@ def test_the_controller_never_breaks_its_bounds(
         high_run = high_run + 1 if util >= policy.high else 0
         low_run = low_run + 1 if util <= policy.low and util < policy.high else 0
         decision = decide(policy, sig(daemons, util, pending, in_flight), counters)
+        had = daemons + in_flight
 
         assert decision.action in ACTIONS  # one decision: at most one launch or kill
         assert decision.counters.above >= 0 and decision.counters.below >= 0
@@ -739,7 +765,9 @@ def test_the_controller_never_breaks_its_bounds(
         elif decision.action == "scale_down":
             assert daemons > policy.min  # never below min through its own kills
             daemons -= 1
-        if policy.kind == "pool_with_threshold" and decision.action != "tick_noop":
+        if decision.rule == "pool_with_threshold.below_min":
+            assert had < policy.min  # keeping min warm: only below it
+        elif policy.kind == "pool_with_threshold" and decision.action != "tick_noop":
             assert (high_run if decision.action == "scale_up" else low_run) >= 2
             assert decision.counters == Counters()  # the acting counter resets
         if policy.kind == "fixed":

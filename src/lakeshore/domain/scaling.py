@@ -18,7 +18,9 @@ The rules are ``spec/scaling-rules.txt``, to the letter:
     ``daemon_count > min``. An unset ``max`` is unbounded for ``fully_elastic`` and 0 for
     ``max_count`` (so an unset ``max`` scales nothing up beyond ``min``).
 ``pool_with_threshold``
-    Hysteresis over two consecutive ticks. The counters are updated first
+    Below ``min`` (``daemon_count + in_flight < min``) it launches one, whatever the
+    utilization: "Keep min daemons warm" (rule ``pool_with_threshold.below_min``). Then
+    hysteresis over two consecutive ticks. The counters are updated first
     (``utilization >= high`` counts above, ``<= low`` counts below, anything between resets
     both); then ``scale_up`` when above ``>= 2`` and ``daemon_count + in_flight < max``, or
     ``scale_down`` when below ``>= 2`` and ``daemon_count > min``. Because ``low < high`` at
@@ -284,6 +286,9 @@ def update_counters(policy: Policy, utilization: float, counters: Counters) -> C
 
 def _pool_with_threshold(policy: Policy, s: Signals, counters: Counters) -> Decision:
     updated = update_counters(policy, s.utilization, counters)
+    below_min = _pool_below_min(policy, s, updated)
+    if below_min is not None:
+        return below_min
     if updated.above:
         return _pool_up(policy, s, updated)
     if updated.below:
@@ -296,6 +301,24 @@ def _pool_with_threshold(policy: Policy, s: Signals, counters: Counters) -> Deci
         "pool_with_threshold.dead_band",
         hint=f"scales up after {WINDOW} ticks at utilization >= {high}, "
         f"down after {WINDOW} ticks at <= {low}",
+    )
+
+
+def _pool_below_min(policy: Policy, s: Signals, c: Counters) -> Decision | None:
+    """ "Keep min daemons warm": under ``min``, counting launches in flight, launch one
+    whatever the utilization (the counters still take this tick's reading; a window that
+    was due is spent by this launch). Never past a ceiling."""
+    have = s.daemon_count + s.in_flight
+    ceiling = policy.ceiling
+    if have >= policy.min or (ceiling is not None and have >= ceiling):
+        return None
+    spent = replace(c, above=0) if c.above >= WINDOW else c
+    return Decision(
+        "scale_up",
+        f"below min ({policy.min}): daemons {s.daemon_count} + in flight {s.in_flight} → launch",
+        spent,
+        "pool_with_threshold.below_min",
+        have + 1,
     )
 
 
