@@ -271,6 +271,35 @@ async def test_pool_with_threshold_keeps_min_daemons_warm(api: httpx.AsyncClient
         assert steady["before"]["daemon_count"] == 2
 
 
+@pytest.mark.parametrize("leave", ["pause", "drain"])
+async def test_hysteresis_counters_reset_when_a_queue_leaves_active(
+    api: httpx.AsyncClient, store: Store, leave: str
+) -> None:
+    """A window under way does not survive a pause or a drain: after the resume, the
+    first high tick is the first of a new window."""
+    await provider(api)
+    elasticity = {"kind": "pool_with_threshold", "max": 3}
+    await queue(api, "hot", elasticity, providerRef="fk")
+    await queue(api, "pooled", {**elasticity, "pool": "gpu"}, providerRef="fk")
+    for name in ("hot", "pooled"):
+        worker = await hello(api, [name], capacity=1)
+        await submit_many(api, name, 2)
+        assert len(await claim(api, worker)) == 1  # utilization 1.0
+    first = await tick(api)
+    assert first["hot"]["reason"] == "utilization 1.00 >= 0.80 for 1 tick (needs 2)"
+    assert first["pool:gpu"]["reason"] == "utilization 1.00 >= 0.80 for 1 tick (needs 2)"
+    for name in ("hot", "pooled"):
+        assert (await api.post(f"{NS}/queues/{name}/{leave}")).status_code == 200
+    async with store.read() as conn:
+        assert await ctl_store.load_counters(conn) == {}
+    for name in ("hot", "pooled"):
+        assert (await api.post(f"{NS}/queues/{name}/resume")).status_code == 200
+    again = await tick(api)
+    assert again["hot"]["action"] == "tick_noop"
+    assert again["hot"]["reason"] == "utilization 1.00 >= 0.80 for 1 tick (needs 2)"
+    assert again["pool:gpu"]["reason"] == "utilization 1.00 >= 0.80 for 1 tick (needs 2)"
+
+
 async def test_a_queue_pinned_to_another_node_is_not_ticked(api: httpx.AsyncClient) -> None:
     await queue(api, "elsewhere", elastic(), serverNodeId="node-b")
     await queue(api, "here", elastic())

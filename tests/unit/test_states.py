@@ -6,7 +6,7 @@ from typing import cast
 
 import pytest
 
-from lakeshore.domain.states import QueueState, Transition, next_state
+from lakeshore.domain.states import QueueState, Transition, next_state, resets_counters
 from lakeshore.errors import Conflict
 
 # (from, transition) -> to; None = refused
@@ -58,3 +58,22 @@ def test_a_stored_state_this_server_does_not_know_is_refused_by_name() -> None:
         next_state(unknown, "drain")
     assert caught.value.field == "state"
     assert caught.value.message == "cannot drain a queue that is frozen"
+
+
+@pytest.mark.parametrize(
+    ("current", "target", "resets"),
+    [
+        ("active", "paused", True),
+        ("active", "draining", True),
+        ("active", "archived", True),
+        ("active", "active", False),
+        ("paused", "active", False),  # a window starts afresh from the resume on
+        ("draining", "paused", False),  # not ticked before or after
+        ("paused", "draining", False),
+        ("archived", "active", False),
+    ],
+)
+def test_leaving_active_resets_the_hysteresis_counters(
+    current: QueueState, target: QueueState, resets: bool
+) -> None:
+    assert resets_counters(current, target) is resets

@@ -36,3 +36,10 @@ def next_state(current: QueueState, transition: Transition) -> QueueState:
     if current == "archived":
         raise Conflict(f"queue is archived; run unarchive before {transition}", field="state")
     raise Conflict(f"cannot {transition} a queue that is {current}", field="state")
+
+
+def resets_counters(current: QueueState, target: QueueState) -> bool:
+    """Whether a move from ``current`` to ``target`` zeroes the queue's hysteresis
+    counters: it leaves ``active``, so the controller stops ticking it, and a window
+    under way must not carry over to its first tick after a resume."""
+    return current == "active" and target != "active"

@@ -18,6 +18,7 @@ from lakeshore.domain.states import Transition
 from lakeshore.errors import Conflict, InvalidInput, NotFound
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.scalers import Registry as ScalerRegistry
+from lakeshore.store import controller as ctl_store
 from lakeshore.store import events as event_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store.engine import Store
@@ -156,6 +157,8 @@ async def transition(
                     f"{'s' if open_ != 1 else ''}; drain it before archiving",
                     field="state",
                 )
+        if states.resets_counters(queue.state, target):
+            await ctl_store.reset_counters(conn, ns.id, sorted({queue.name, scope_of(queue)}))
         return await queue_store.update_state(conn, queue, target, now)
 
 

@@ -194,6 +194,14 @@ async def save_counters(
         await conn.execute(stmt, rows)
 
 
+async def reset_counters(conn: AsyncConnection, namespace_id: str, scopes: Sequence[str]) -> None:
+    """Zero the hysteresis counters of ``scopes`` (a queue's name, a ``pool:<name>``)."""
+    s = controller_state.c
+    await conn.execute(
+        delete(controller_state).where(s.namespace_id == namespace_id, s.scope.in_(scopes))
+    )
+
+
 async def write_events(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
     if rows:
         await conn.execute(insert(elasticity_events), list(rows))
