@@ -300,6 +300,26 @@ async def test_hysteresis_counters_reset_when_a_queue_leaves_active(
     assert again["pool:gpu"]["reason"] == "utilization 1.00 >= 0.80 for 1 tick (needs 2)"
 
 
+async def test_events_name_what_was_ticked_queue_name_as_the_spec_does(
+    api: httpx.AsyncClient,
+) -> None:
+    await queue(api, "solo", elastic())
+    await queue(api, "member", elastic(pool="gpu"))
+    decisions = await tick(api)
+    assert {d["queueName"] for d in decisions.values()} == {"solo", "pool:gpu"}
+    assert all(d["queueName"] == d["scope"] for d in decisions.values())  # the old name
+    solo = (await api.get(f"{NS}/queues/solo/events", params={"verbose": "true"})).json()
+    member = (await api.get(f"{NS}/queues/member/events", params={"verbose": "true"})).json()
+    assert [e["queueName"] for e in solo["events"]] == ["solo"]
+    assert [e["queueName"] for e in member["events"]] == ["pool:gpu"]  # the pool's decision
+    event = solo["events"][0]
+    assert set(event) == {
+        "id", "queueName", "scope", "action", "reason", "rule", "hint",
+        "before", "after", "detail", "createdAt",
+    }  # fmt: skip
+    assert set(event["before"]) == {"daemon_count", "utilization", "pending", "in_flight"}
+
+
 async def test_a_queue_pinned_to_another_node_is_not_ticked(api: httpx.AsyncClient) -> None:
     await queue(api, "elsewhere", elastic(), serverNodeId="node-b")
     await queue(api, "here", elastic())

@@ -38,7 +38,7 @@ def _row(event: dict[str, Any]) -> list[Any]:
     before = event.get("before") or {}
     return [
         event["createdAt"][:19].replace("T", " "),
-        event["scope"],
+        event["queueName"],
         event["action"],
         "/".join(str(before.get(k, "")) for k in ("daemon_count", "in_flight", "pending")),
         event["reason"],
@@ -183,7 +183,7 @@ def tick(ctx: typer.Context, as_json: Json = False) -> None:
     if as_json:
         output.print_json(data)
         return
-    rows = [[d["namespace"], d["scope"], d["action"], d["reason"]] for d in data["decisions"]]
+    rows = [[d["namespace"], d["queueName"], d["action"], d["reason"]] for d in data["decisions"]]
     if not rows:
         output.note("no active queues to tick")
     output.table(["namespace", "scope", "action", "reason"], rows)

@@ -30,7 +30,8 @@ def event_json(row: Any) -> dict[str, Any]:
     detail = dict(row["signals"] or {})
     return {
         "id": row["id"],
-        "scope": row["queue_name"],
+        "queueName": row["queue_name"],  # the spec's name: a queue's, or "pool:<name>"
+        "scope": row["queue_name"],  # the same, as earlier servers named it
         "action": row["action"],
         "reason": row["reason"],
         "before": row["before"],

@@ -45,7 +45,8 @@ class Outcome:
     def to_json(self) -> dict[str, Any]:
         return {
             "namespace": self.unit.namespace,
-            "scope": self.unit.scope,
+            "queueName": self.unit.scope,  # the spec's name: a queue's, or "pool:<name>"
+            "scope": self.unit.scope,  # the same, as earlier servers named it
             "action": self.decision.action,
             "reason": self.decision.reason,
             "rule": self.decision.rule,
