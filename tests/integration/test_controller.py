@@ -176,6 +176,38 @@ async def test_a_busy_worker_is_never_killed(api: httpx.AsyncClient) -> None:
     assert (await api.post(f"{W}/{worker}/heartbeat")).status_code == 200
 
 
+async def test_current_invocations_is_read_from_heartbeats_too(api: httpx.AsyncClient) -> None:
+    """A daemon that reports what it runs (work the server does not lease to it) on its
+    heartbeats is not idle while it says so, and is again once it reports 0."""
+    await queue(api, "own", elastic(min=0))
+    worker = await hello(api, ["own"])  # says nothing of current_invocations at hello
+    busy = {"capabilities": {"current_invocations": 2}}
+    assert (await api.post(f"{W}/{worker}/heartbeat", json=busy)).status_code == 200
+    kept = (await tick(api))["own"]
+    assert kept["action"] == "tick_noop"
+    assert "no idle worker to kill" in kept["reason"]
+    unsaid = {"running": []}  # a heartbeat without capabilities changes nothing
+    assert (await api.post(f"{W}/{worker}/heartbeat", json=unsaid)).status_code == 200
+    assert (await tick(api))["own"]["action"] == "tick_noop"
+    idle = {"capabilities": {"current_invocations": 0}}
+    assert (await api.post(f"{W}/{worker}/heartbeat", json=idle)).status_code == 200
+    gone = (await tick(api))["own"]
+    assert (gone["action"], gone["victim"]) == ("scale_down", worker)
+
+
+@pytest.mark.parametrize(
+    "capabilities", [{"current_invocations": -1}, {"current_invocations": "2"}, {"cost": 1}]
+)
+async def test_a_heartbeats_capabilities_are_checked(
+    api: httpx.AsyncClient, capabilities: dict[str, Any]
+) -> None:
+    await queue(api, "own", elastic(min=0))
+    worker = await hello(api, ["own"])
+    body = {"capabilities": capabilities}
+    refused = await api.post(f"{W}/{worker}/heartbeat", json=body)
+    assert refused.status_code == 422, refused.text
+
+
 async def test_the_costliest_then_oldest_idle_worker_goes_first(
     api: httpx.AsyncClient, clock: FakeClock
 ) -> None:

@@ -4,10 +4,11 @@ reaper that returns a dead worker's work to the queue is :mod:`.reaper`)."""
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from sqlalchemy import RowMapping
@@ -40,6 +41,15 @@ MAX_CLAIM_WAIT_S = 20.0
 IDLE_RECHECK_S = 5.0  # the spec's idle wait, kept only as the fallback re-check
 
 Label = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+
+
+class Unchanged(enum.Enum):
+    """A field a request left out (as opposed to one it set to null)."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
 
 
 class Capabilities(BaseModel):
@@ -307,9 +317,11 @@ async def heartbeat(
     *,
     lease_s: float = LEASE_S,
     running: Collection[str] | None = None,
+    current_invocations: int | Unchanged | None = UNCHANGED,
 ) -> dict[str, Any]:
     """Extend the worker's leases; the answer lists what it still holds, so a daemon
-    learns of cancellations and of leases it lost.
+    learns of cancellations and of leases it lost. ``current_invocations``, when given,
+    replaces the worker's report of what it runs (``None``: it reports nothing).
 
     A daemon that says what it ``running`` gets only those extended. What it holds
     without running it (a claim's answer lost when a server died mid-answer, a result it
@@ -319,7 +331,10 @@ async def heartbeat(
     worker = await _worker(store, caller, worker_id)
     claimed_since = now - timedelta(seconds=lease_s)
     async with store.write() as conn:
-        await worker_store.touch(conn, worker.id, now)
+        if isinstance(current_invocations, Unchanged):
+            await worker_store.touch(conn, worker.id, now)
+        else:
+            await worker_store.touch(conn, worker.id, now, current=current_invocations)
         released: list[str] = []
         if running is not None:
             released = await lease_store.hand_back(

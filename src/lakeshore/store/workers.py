@@ -89,15 +89,23 @@ async def upsert(
         await conn.execute(insert(worker_queues), rows)
 
 
-async def touch(conn: AsyncConnection, worker_id: str, now: datetime) -> bool | None:
-    """Mark the worker seen; True if it is retiring (it may claim nothing more), None if
-    its row is gone.
+_KEEP: Any = object()
+
+
+async def touch(
+    conn: AsyncConnection, worker_id: str, now: datetime, *, current: Any = _KEEP
+) -> bool | None:
+    """Mark the worker seen (and, given ``current``, store its report of the invocations
+    it runs); True if it is retiring (it may claim nothing more), None if its row is gone.
 
     The update locks the worker's row for the rest of the transaction, so a claim and the
     controller's retire check of the same worker never interleave.
     """
+    values: dict[str, Any] = {"last_seen_at": now}
+    if current is not _KEEP:
+        values["current_invocations"] = current
     done = await conn.execute(
-        update(workers).where(W.id == worker_id).values(last_seen_at=now).returning(W.retiring)
+        update(workers).where(W.id == worker_id).values(values).returning(W.retiring)
     )
     retiring = done.scalar_one_or_none()
     return None if retiring is None else bool(retiring)

@@ -94,6 +94,13 @@ async def bye(worker_id: str, state: State, caller: Caller) -> dict[str, Any]:
     return await worker_service.bye(state.store, state.notifier, caller, worker_id, state.clock())
 
 
+class HeartbeatCapabilities(BaseModel):
+    """What a heartbeat may update of the worker's hello capabilities."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    current_invocations: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
+
+
 class HeartbeatIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     running: (
@@ -102,6 +109,7 @@ class HeartbeatIn(BaseModel):
         ]
         | None
     ) = None
+    capabilities: HeartbeatCapabilities | None = None
 
 
 @router.post("/{worker_id}/heartbeat", summary="Extend the leases the worker holds")
@@ -110,7 +118,13 @@ async def heartbeat(
 ) -> dict[str, Any]:
     """With ``running`` (the ids the daemon runs), only those leases are extended, and
     what the worker holds without running it (claimed over a lease ago) goes back to its
-    queue; without it, every lease the worker holds is extended."""
+    queue; without it, every lease the worker holds is extended. With
+    ``capabilities.current_invocations`` the worker's report of what it runs is updated
+    (``null`` withdraws it), as at hello: the controller reads it for scale-down."""
+    reported = body.capabilities if body is not None else None
+    current: int | worker_service.Unchanged | None = worker_service.UNCHANGED
+    if reported is not None and "current_invocations" in reported.model_fields_set:
+        current = reported.current_invocations
     return await worker_service.heartbeat(
         state.store,
         state.notifier,
@@ -119,6 +133,7 @@ async def heartbeat(
         state.clock(),
         lease_s=state.settings.lease_s,
         running=None if body is None else body.running,
+        current_invocations=current,
     )
 
 
