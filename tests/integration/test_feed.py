@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 from tests.conftest import FakeClock
@@ -143,3 +145,60 @@ async def test_explain_for_a_standalone_queue_has_no_pool(api: httpx.AsyncClient
     answer = (await api.get(f"{NS}/queues/solo/explain")).json()
     assert answer["pool"] is None and answer["scope"] == "solo"
     assert (answer["policy"]["max"], answer["provider"]) == (3, None)
+
+
+SIGNALS = ("daemon_count", "utilization", "pending", "in_flight")
+
+
+def _signals_of(stats: dict[str, Any]) -> dict[str, Any]:
+    """``stats``' signals under the names a decision's ``before`` gives them."""
+    names = ("daemonCount", "utilization", "pending", "inFlight")
+    return {signal: stats[name] for signal, name in zip(SIGNALS, names, strict=True)}
+
+
+async def test_stats_explain_and_the_tick_read_the_same_signals_of_a_pool(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    """For a pooled queue, stats and explain give the pool's signals — the ones the tick
+    decides on — and the member's own counts beside them; an expired launch counts in
+    none of them."""
+    await provider(api)
+    elasticity = {"kind": "fully_elastic", "pool": "gpu", "max": 4}
+    await queue(api, "a", elasticity, providerRef="fk")
+    await queue(api, "b", elasticity, providerRef="fk")
+    on_a = await hello(api, ["a"], capacity=2)
+    await hello(api, ["b"], capacity=2)
+    await submit_many(api, "a", 3)
+    await submit_many(api, "b", 2)
+    assert len(await claim(api, on_a)) == 2  # a: 1 pending, 2 running; b: 2 pending
+    stats = (await api.get(f"{NS}/queues/a/stats")).json()
+    assert _signals_of(stats) == {
+        "daemon_count": 2,
+        "utilization": 0.5,
+        "pending": 3,
+        "in_flight": 0,
+    }
+    assert stats["member"] == {
+        "pending": 1, "running": 2, "daemonCount": 1, "capacity": 2, "utilization": 1.0
+    }  # fmt: skip
+    assert stats["pool"] == {"members": ["a", "b"]}
+    assert stats["byState"]["pending"] == 1  # the queue's own
+    explained = (await api.get(f"{NS}/queues/a/explain")).json()
+    assert explained["now"] == stats
+    decision = (await tick(api))["pool:gpu"]
+    assert decision["before"] == _signals_of(stats)  # what stats said is what it read
+    assert decision["action"] == "scale_up"
+    booting = (await api.get(f"{NS}/queues/b/stats")).json()
+    assert booting["inFlight"] == 1 and booting["pending"] == 3
+    assert booting["member"]["pending"] == 2
+    clock.advance(16)  # the fake provider's launch expires without a hello
+    expired = (await api.get(f"{NS}/queues/a/stats")).json()
+    assert expired["inFlight"] == 0
+    assert (await tick(api))["pool:gpu"]["before"] == _signals_of(expired)
+
+
+async def test_stats_of_a_lone_queue_have_no_member_block(api: httpx.AsyncClient) -> None:
+    await queue(api, "solo", elastic())
+    stats = (await api.get(f"{NS}/queues/solo/stats")).json()
+    assert (stats["scope"], stats["member"], stats["pool"]) == ("solo", None, None)
+    assert (await tick(api))["solo"]["before"] == _signals_of(stats)

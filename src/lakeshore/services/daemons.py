@@ -16,6 +16,7 @@ from lakeshore.domain.names import Name
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import Conflict, InvalidInput, NotFound, ProviderFailed
 from lakeshore.services import queues as queue_service
+from lakeshore.services import scopes
 from lakeshore.services.fleet_ops import FleetOps
 from lakeshore.services.namespaces import Namespace
 from lakeshore.store import controller as ctl_store
@@ -78,7 +79,7 @@ async def launch(store: Store, ops: FleetOps, ns: Namespace, body: Any) -> dict[
         launched = await ops.launch(
             namespace_id=ns.id,
             namespace=ns.name,
-            scope=queue_service.scope_of(queue),
+            scope=scopes.scope_of(queue),
             provider_name=name,
             registration=registration,
             template=queue.spec.daemon_template,

@@ -16,6 +16,7 @@ from lakeshore.domain.names import is_valid_name
 from lakeshore.domain.queue import Queue
 from lakeshore.errors import InvalidInput, NotFound
 from lakeshore.services import queues as queue_service
+from lakeshore.services import scopes
 from lakeshore.services.namespaces import Namespace
 from lakeshore.store import events as event_store
 from lakeshore.store import queues as queue_store
@@ -86,8 +87,8 @@ async def queue_events(
     since: int | None = None,
 ) -> dict[str, Any]:
     queue = await queue_service.get(store, ns, name)
-    scopes = sorted({queue.name, queue_service.scope_of(queue)})
-    return await _page(store, ns, scopes, verbose=verbose, limit=limit, cursor=cursor, since=since)
+    named = sorted({queue.name, scopes.scope_of(queue)})
+    return await _page(store, ns, named, verbose=verbose, limit=limit, cursor=cursor, since=since)
 
 
 async def pool_events(
@@ -120,8 +121,8 @@ async def explain(store: Store, ns: Namespace, name: str, now: datetime) -> dict
     names one. The answer gives those (not the queue's own), the pool's members, and a
     line for each member whose policy the pool ignores."""
     queue = await queue_service.get(store, ns, name)
-    stats = await queue_service.stats(store, ns, name)
-    scope = queue_service.scope_of(queue)
+    stats = await queue_service.stats(store, ns, name, now)
+    scope = scopes.scope_of(queue)
     pool_name = queue.spec.elasticity.pool if queue.spec.elasticity else None
     async with store.read() as conn:
         row = await event_store.latest(conn, ns.id, scope)

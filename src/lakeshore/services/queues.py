@@ -9,17 +9,18 @@ from typing import Any, Final
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.domain import fleet, signals, states
+from lakeshore.domain import fleet, states
 from lakeshore.domain import runners as daemon_runners
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.names import is_valid_name
 from lakeshore.domain.queue import Queue, QueueSpec, merge_patch, parse_spec
 from lakeshore.domain.states import Transition
 from lakeshore.errors import Conflict, InvalidInput, NotFound
+from lakeshore.services import scopes
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.scalers import Registry as ScalerRegistry
+from lakeshore.services.scopes import scope_of
 from lakeshore.store import controller as ctl_store
-from lakeshore.store import events as event_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store.engine import Store
 
@@ -162,42 +163,50 @@ async def transition(
         return await queue_store.update_state(conn, queue, target, now)
 
 
-async def stats(store: Store, ns: Namespace, name: str) -> dict[str, Any]:
-    """The signals the controller reads, as they stand now.
+async def stats(store: Store, ns: Namespace, name: str, now: datetime) -> dict[str, Any]:
+    """The signals the controller reads for the queue's scope, as they stand now: read by
+    the controller's own code (:mod:`.scopes`), so they are what the next tick acts on.
 
     Utilization counts the server's own running leases against the fleet's capacity,
     so it is right even when daemons do not report what they run; with no capacity it
-    is 1.0 when work is waiting and 0.0 otherwise.
+    is 1.0 when work is waiting and 0.0 otherwise. For a queue in a pool, the signals are
+    the pool's and ``member`` holds the queue's own counts; ``byState`` is always the
+    queue's own.
     """
     async with store.read() as conn:
         queue = await _load(conn, ns, name)
         counts = await queue_store.invocation_counts(conn, queue.id)
-        fleet = await queue_store.fleet_counts(conn, queue.id)
-        scope = scope_of(queue)
-        in_flight = await queue_store.in_flight_launches(conn, ns.id, scope)
-        above, below = await event_store.counters(conn, ns.id, scope)
-    pending, running = counts.get("pending", 0), counts.get("running", 0)
-    capacity = fleet["capacity"]
-    utilization = signals.utilization(running=running, capacity=capacity, pending=pending)
-    return {
+    reading = await scopes.read(store, ns, queue, now)
+    s, scope = reading.signals, reading.tally
+    answer: dict[str, Any] = {
         "queue": name,
         "state": queue.state,
-        "pending": pending,
-        "running": running,
-        "byState": {
-            s: counts.get(s, 0)
-            for s in ("pending", "running", "succeeded", "failed", "cancelled", "expired")
+        "scope": reading.scope,
+        "pending": s.pending,
+        "running": scope.running,
+        "daemonCount": s.daemon_count,
+        "capacity": scope.capacity,
+        "utilization": round(s.utilization, 4),
+        "inFlight": s.in_flight,
+        "counters": {
+            "consecutiveAbove": reading.counters.above,
+            "consecutiveBelow": reading.counters.below,
         },
-        "daemonCount": fleet["daemons"],
-        "capacity": capacity,
-        "utilization": round(utilization, 4),
-        "inFlight": in_flight,
-        "scope": scope,
-        "counters": {"consecutiveAbove": above, "consecutiveBelow": below},
+        "byState": {
+            state: counts.get(state, 0)
+            for state in ("pending", "running", "succeeded", "failed", "cancelled", "expired")
+        },
+        "pool": None,
+        "member": None,
     }
-
-
-def scope_of(queue: Queue) -> str:
-    """What the controller ticks this queue as: itself, or its pool."""
-    pool = queue.spec.elasticity.pool if queue.spec.elasticity else None
-    return f"pool:{pool}" if pool else queue.name
+    if reading.scope != queue.name:  # in a pool: the queue's own counts, beside the pool's
+        own = reading.own
+        answer["pool"] = {"members": reading.members}
+        answer["member"] = {
+            "pending": own.pending,
+            "running": own.running,
+            "daemonCount": len(own.workers),
+            "capacity": own.capacity,
+            "utilization": round(own.signals(0).utilization, 4),
+        }
+    return answer

@@ -101,22 +101,45 @@ def units_of(snapshot: ctl_store.Snapshot) -> list[Unit]:
     return standalone + pooled
 
 
-def gather_signals(unit: Unit, snapshot: ctl_store.Snapshot, in_flight: int) -> Signals:
-    """Pending summed over members, workers de-duplicated, utilization from running leases."""
+@dataclass(frozen=True)
+class Tally:
+    """What a unit's signals are computed from: its workers (de-duplicated, retiring ones
+    left out), pending and running summed over its members, and the workers' capacity."""
+
+    workers: list[fleet.WorkerView]
+    pending: int
+    running: int
+    capacity: int
+
+    def signals(self, in_flight: int) -> Signals:
+        return Signals(
+            daemon_count=len(self.workers),
+            utilization=signals.utilization(
+                running=self.running, capacity=self.capacity, pending=self.pending
+            ),
+            pending=self.pending,
+            in_flight=in_flight,
+        )
+
+
+def tally(members: list[Queue], snapshot: ctl_store.Snapshot) -> Tally:
     seen: dict[str, fleet.WorkerView] = {}
-    for queue in unit.members:
+    for queue in members:
         for worker in snapshot.workers.get(queue.id, ()):
             seen.setdefault(worker.id, worker)
-    unit.workers = list(seen.values())
-    pending = sum(snapshot.pending.get(q.id, 0) for q in unit.members)
-    running = sum(snapshot.running.get(q.id, 0) for q in unit.members)
-    capacity = sum(snapshot.capacity.get(w, 0) for w in seen)
-    return Signals(
-        daemon_count=len(seen),
-        utilization=signals.utilization(running=running, capacity=capacity, pending=pending),
-        pending=pending,
-        in_flight=in_flight,
+    return Tally(
+        workers=list(seen.values()),
+        pending=sum(snapshot.pending.get(q.id, 0) for q in members),
+        running=sum(snapshot.running.get(q.id, 0) for q in members),
+        capacity=sum(snapshot.capacity.get(w, 0) for w in seen),
     )
+
+
+def gather_signals(unit: Unit, snapshot: ctl_store.Snapshot, in_flight: int) -> Signals:
+    """Pending summed over members, workers de-duplicated, utilization from running leases."""
+    counted = tally(unit.members, snapshot)
+    unit.workers = counted.workers
+    return counted.signals(in_flight)
 
 
 def provider_of(unit: Unit) -> str | None:

@@ -85,13 +85,17 @@ async def _in_parts(conn: AsyncConnection, query: Any) -> AsyncIterator[Sequence
         await result.close()  # a reader that stops early leaves no cursor open
 
 
-async def _counts(conn: AsyncConnection, state: str) -> dict[str, int]:
+async def _counts(
+    conn: AsyncConnection, state: str, queue_ids: Sequence[str] | None = None
+) -> dict[str, int]:
     query = select(INV.queue_id, func.count()).where(INV.state == state).group_by(INV.queue_id)
+    if queue_ids is not None:
+        query = query.where(INV.queue_id.in_(queue_ids))
     return {queue_id: int(n) for queue_id, n in (await conn.execute(query)).all()}
 
 
 async def _workers(
-    conn: AsyncConnection,
+    conn: AsyncConnection, queue_ids: Sequence[str] | None = None
 ) -> tuple[dict[str, list[WorkerView]], dict[str, int]]:
     running = (
         select(INV.worker_id, func.count().label("n"))
@@ -117,6 +121,8 @@ async def _workers(
         )
         .where(W.retiring.is_(False))
     )
+    if queue_ids is not None:
+        query = query.where(worker_queues.c.queue_id.in_(queue_ids))
     by_queue: dict[str, list[WorkerView]] = defaultdict(list)
     capacity: dict[str, int] = {}
     async for rows in _in_parts(conn, query):
@@ -136,9 +142,13 @@ async def _workers(
     return dict(by_queue), capacity
 
 
-async def load_counters(conn: AsyncConnection) -> dict[tuple[str, str], Counters]:
+async def load_counters(
+    conn: AsyncConnection, namespace_id: str | None = None
+) -> dict[tuple[str, str], Counters]:
     s = controller_state.c
     query = select(s.namespace_id, s.scope, s.consecutive_above, s.consecutive_below)
+    if namespace_id is not None:
+        query = query.where(s.namespace_id == namespace_id)
     return {
         (ns, scope): Counters(above=int(above), below=int(below))
         for ns, scope, above, below in (await conn.execute(query)).all()
@@ -156,6 +166,23 @@ async def snapshot(
         workers=by_queue,
         capacity=capacity,
         counters=await load_counters(conn),
+    )
+
+
+async def snapshot_of(
+    conn: AsyncConnection, namespace_id: str, queues: Sequence[tuple[str, Queue]]
+) -> Snapshot:
+    """What :func:`snapshot` reads, for ``queues`` of one namespace only (one queue, or a
+    pool's members): the same reads, so ``stats`` and ``explain`` see what a tick sees."""
+    ids = [queue.id for _, queue in queues]
+    by_queue, capacity = await _workers(conn, ids)
+    return Snapshot(
+        queues=list(queues),
+        pending=await _counts(conn, "pending", ids),
+        running=await _counts(conn, "running", ids),
+        workers=by_queue,
+        capacity=capacity,
+        counters=await load_counters(conn, namespace_id),
     )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import RowMapping, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.store.tables import controller_state, elasticity_events
+from lakeshore.store.tables import elasticity_events
 
 E = elasticity_events.c
 
@@ -45,12 +45,3 @@ async def latest(conn: AsyncConnection, namespace_id: str, scope: str) -> RowMap
         .limit(1)
     )
     return (await conn.execute(query)).mappings().first()
-
-
-async def counters(conn: AsyncConnection, namespace_id: str, scope: str) -> tuple[int, int]:
-    s = controller_state.c
-    query = select(s.consecutive_above, s.consecutive_below).where(
-        s.namespace_id == namespace_id, s.scope == scope
-    )
-    row = (await conn.execute(query)).first()
-    return (int(row[0]), int(row[1])) if row else (0, 0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -11,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from lakeshore.domain.queue import Queue, QueueSpec
 from lakeshore.domain.states import QueueState
 from lakeshore.store.rows import queue_columns, queue_from_row
-from lakeshore.store.tables import invocations, launches, queues, worker_queues, workers
+from lakeshore.store.tables import invocations, queues
 
 OPEN_STATES = ("pending", "running")
 
@@ -96,29 +95,5 @@ async def invocation_counts(conn: AsyncConnection, queue_id: str) -> dict[str, i
 async def pending_count(conn: AsyncConnection, queue_id: str) -> int:
     query = select(func.count()).where(
         invocations.c.queue_id == queue_id, invocations.c.state == "pending"
-    )
-    return int((await conn.execute(query)).scalar_one())
-
-
-async def fleet_counts(conn: AsyncConnection, queue_id: str) -> dict[str, Any]:
-    """Daemons subscribed to a queue, their capacity, and what they report running."""
-    query = (
-        select(
-            func.count(workers.c.id),
-            func.coalesce(func.sum(workers.c.max_invocations), 0),
-            func.coalesce(func.sum(workers.c.current_invocations), 0),
-        )
-        .select_from(worker_queues.join(workers, workers.c.id == worker_queues.c.worker_id))
-        .where(worker_queues.c.queue_id == queue_id)
-    )
-    daemons, capacity, reported = (await conn.execute(query)).one()
-    return {"daemons": int(daemons), "capacity": int(capacity), "reported": int(reported)}
-
-
-async def in_flight_launches(conn: AsyncConnection, namespace_id: str, scope: str) -> int:
-    query = select(func.count()).where(
-        launches.c.namespace_id == namespace_id,
-        launches.c.scope == scope,
-        launches.c.state == "in_flight",
     )
     return int((await conn.execute(query)).scalar_one())

@@ -95,7 +95,7 @@ async def patch_queue(name: str, ns: InNamespace, state: State, body: RawBody) -
 
 @router.get("/{name}/stats", summary="The queue's signals: pending, running, daemons, utilization")
 async def queue_stats(name: str, ns: InNamespace, state: State) -> dict[str, Any]:
-    return await queue_service.stats(state.store, ns, name)
+    return await queue_service.stats(state.store, ns, name, state.clock())
 
 
 def _transition_route(action: Transition) -> None:
