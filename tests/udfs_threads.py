@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from lakeshore import udf
+
+# the async functions the pool tests run, run here on the thread runner's loop
+from tests.udfs_pool import async_count, async_sleep, async_square, together
+
+__all__ = ["async_count", "async_sleep", "async_square", "together"]
 
 SEEN: dict[str, list[int]] = {}  # warm state, per test (a key of its own)
 SETUPS = 0
@@ -58,35 +62,3 @@ def spin_ignoring_errors(seconds: float) -> str:
         except Exception:
             continue
     return "not stopped"
-
-
-async def async_square(x: int) -> int:
-    await asyncio.sleep(0)
-    return x * x
-
-
-async def async_count(n: int) -> AsyncIterator[int]:
-    for i in range(n):
-        await asyncio.sleep(0)
-        yield i
-
-
-async def async_sleep(seconds: float) -> float:
-    await asyncio.sleep(seconds)
-    return seconds
-
-
-_ARRIVED: dict[str, list[asyncio.Event]] = {}
-
-
-async def together(group: str, n: int) -> int:
-    """Wait (at most 30 s) until ``n`` invocations of ``group`` run at once on the loop."""
-    arrived = _ARRIVED.setdefault(group, [])
-    mine = asyncio.Event()
-    arrived.append(mine)
-    if len(arrived) >= n:
-        for event in arrived:
-            event.set()
-    async with asyncio.timeout(30):
-        await mine.wait()
-    return os.getpid()

@@ -34,6 +34,22 @@ def resolve(fn: str) -> Any:
     return target
 
 
+def prepare(preload: list[str], fn: str) -> Any:
+    """Import what is left of ``preload`` (each module taken off the list once imported;
+    a failure stays, to be tried again), then resolve ``fn``: its target, or an error
+    reply naming what failed."""
+    while preload:
+        try:
+            importlib.import_module(preload[0])
+        except Exception as exc:
+            return error(exc, prefix=f"--preload {preload[0]} failed: ")
+        preload.pop(0)
+    try:
+        return resolve(fn)
+    except Exception as exc:
+        return error(exc)
+
+
 def setup_of(target: Any) -> Callable[[], Any] | None:
     """A ``@udf(setup=...)`` hook; only a UDF object has one (its module imported the SDK)."""
     sdk = sys.modules.get("lakeshore.sdk")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import signal
 import sys
@@ -83,19 +82,12 @@ class Child:
         if warming:
             self.send("pause", tid)
         try:
-            while self.preload:
-                try:
-                    importlib.import_module(self.preload[0])
-                except Exception as exc:
-                    return calls.error(exc, prefix=f"--preload {self.preload[0]} failed: ")
-                self.preload.pop(0)
-            try:
-                target = calls.resolve(fn)
-            except Exception as exc:
-                return calls.error(exc)
+            target = calls.prepare(self.preload, fn)
         finally:
             if warming:
                 self.send("resume", tid)
+        if isinstance(target, tuple):
+            return target
         if not known:
             self.send("kind", tid, "async" if calls.is_async(target) else "plain")
             self.known.add(fn)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import importlib
 import json
 import logging
 import queue
@@ -80,16 +79,9 @@ class Threads:
         """The preloads still to do, then ``fn``'s target and its set-up hook (once per
         daemon): the target, or an error reply."""
         with self._lock:
-            while self._preload:
-                try:
-                    importlib.import_module(self._preload[0])
-                except Exception as exc:
-                    return calls.error(exc, prefix=f"--preload {self._preload[0]} failed: ")
-                self._preload.pop(0)
-            try:
-                target = calls.resolve(fn)
-            except Exception as exc:
-                return calls.error(exc)
+            target = calls.prepare(self._preload, fn)
+            if isinstance(target, tuple):
+                return target
             hook = calls.setup_of(target)
             if hook is not None and id(hook) not in self._set_up:
                 try:
