@@ -352,6 +352,36 @@ async def test_events_name_what_was_ticked_queue_name_as_the_spec_does(
     assert set(event["before"]) == {"daemon_count", "utilization", "pending", "in_flight"}
 
 
+async def test_reserved_slots_keep_daemons_free_above_demand(api: httpx.AsyncClient) -> None:
+    """reservedSlots is headroom: with nothing pending, a fully_elastic queue keeps as many
+    daemons as hold that many slots; a pool_with_threshold queue launches when fewer
+    slots than reserved are free, and keeps them at scale-down."""
+    await provider(api)
+    await queue(api, "spare", elastic(), providerRef="fk", reservedSlots=2)
+    first = (await tick(api))["spare"]
+    assert first["reason"] == "target 2 > daemons 0 + in flight 0 → launch"
+    template = {"capacity": 2}
+    await queue(
+        api,
+        "warm",
+        {"kind": "pool_with_threshold", "max": 4},
+        providerRef="fk",
+        reservedSlots=2,
+        daemonTemplate=template,
+    )
+    worker = await hello(api, ["warm"], capacity=2)
+    assert (await tick(api))["warm"]["action"] == "tick_noop"  # 2 free: the headroom holds
+    await submit_many(api, "warm", 1)
+    assert len(await claim(api, worker)) == 1
+    short = (await tick(api))["warm"]
+    assert (short["action"], short["rule"]) == ("scale_up", "pool_with_threshold.headroom")
+    assert short["reason"] == "headroom: 1 free slot (booting included) < reservedSlots 2 → launch"
+    booting = (await tick(api))["warm"]
+    assert booting["action"] == "tick_noop"  # the launch in flight brings 2 slots
+    explained = (await api.get(f"{NS}/queues/warm/explain")).json()
+    assert explained["policy"]["reservedSlots"] == 2
+
+
 async def test_a_queue_pinned_to_another_node_is_not_ticked(api: httpx.AsyncClient) -> None:
     await queue(api, "elsewhere", elastic(), serverNodeId="node-b")
     await queue(api, "here", elastic())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from lakeshore.domain.custom_scaler import interpret_scaler_answer, scaler_failed
-from lakeshore.domain.queue import Elasticity
+from lakeshore.domain.queue import Elasticity, QueueSpec
 from lakeshore.domain.scaling import (
     ACTIONS,
     Counters,
@@ -954,3 +955,104 @@ def test_a_failing_scaler_says_it_is_called_again() -> None:
 )
 def test_a_scalers_text_is_quoted_up_to_500_characters(length: int, shown: str) -> None:
     assert scaler_failed("x" * length).reason == f"custom scaler failed: {shown} — no-op"
+
+
+# --- reservedSlots: headroom kept free above demand ----------------------------------------
+
+
+def reserved(policy: Policy, slots: int, per_daemon: int = 1) -> Policy:
+    return replace(policy, reserved_slots=slots, slots_per_daemon=per_daemon)
+
+
+def slots(
+    daemons: int, capacity: int, running: int, util: float = 0.0, in_flight: int = 0
+) -> Signals:
+    return Signals(daemons, util, 0, in_flight, capacity=capacity, running=running)
+
+
+@pytest.mark.parametrize(
+    ("policy", "pending", "target"),
+    [
+        (reserved(fe(), 2), 0, 2),  # two one-slot daemons kept free with nothing pending
+        (reserved(fe(), 3, per_daemon=2), 1, 3),  # 3 slots = 2 daemons of 2, on top of 1
+        (reserved(fe(max=2), 4), 1, 2),  # capped at max
+        (reserved(fe(min=3), 1), 0, 3),  # min still floors it
+        (reserved(mc(max=5), 2), 2, 4),
+        (reserved(mc(), 2), 2, 0),  # max_count's unset max (0) caps the headroom too
+        (fe(), 4, 4),  # unset: the spec's target
+    ],
+)
+def test_reserved_slots_add_their_daemons_to_the_target(
+    policy: Policy, pending: int, target: int
+) -> None:
+    assert target_of(policy, pending) == target
+
+
+def test_a_target_held_under_its_headroom_by_max_says_at_max() -> None:
+    decision = decide(reserved(fe(max=2), 4), sig(2, pending=1), Counters())
+    assert (decision.action, decision.rule, decision.blocked_by) == (
+        "tick_noop",
+        "fully_elastic.at_max",
+        "max",
+    )
+
+
+HEADROOM_RULES = [
+    pytest.param(
+        reserved(pwt(), 2, per_daemon=2), slots(1, 2, 1, util=0.5), Counters(), "scale_up",
+        "headroom", "headroom: 1 free slot (booting included) < reservedSlots 2 → launch",
+        id="fewer free slots than reserved launches",
+    ),
+    pytest.param(
+        reserved(pwt(), 2, per_daemon=2), slots(1, 2, 1, util=0.5, in_flight=1), Counters(),
+        "tick_noop", "dead_band",
+        "utilization 0.50 between 0.30 and 0.80 (dead band): counters reset",
+        id="a launch in flight counts its slots",
+    ),
+    pytest.param(
+        reserved(pwt(), 2, per_daemon=2), slots(2, 4, 0), Counters(0, 1), "scale_down",
+        "scale_down", "utilization 0.00 <= 0.30 for 2 ticks → kill one",
+        id="a kill that keeps the headroom goes ahead",
+    ),
+    pytest.param(
+        reserved(pwt(), 2, per_daemon=2), slots(2, 4, 1, util=0.25), Counters(0, 1), "tick_noop",
+        "at_headroom",
+        "headroom: utilization 0.25 <= 0.30 for 2 ticks, but one daemon fewer would leave "
+        "1 free slot < reservedSlots 2",
+        id="a kill that would eat the headroom is a no-op",
+    ),
+    pytest.param(
+        reserved(pwt(max=1), 4), slots(1, 1, 1, util=1.0), Counters(), "tick_noop",
+        "warming_up", "utilization 1.00 >= 0.80 for 1 tick (needs 2)",
+        id="never past max",
+    ),
+    pytest.param(
+        pwt(), slots(1, 2, 2, util=1.0), Counters(), "tick_noop", "warming_up",
+        "utilization 1.00 >= 0.80 for 1 tick (needs 2)", id="unset: the spec's rules",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("policy", "signals", "before", "action", "rule", "reason"), HEADROOM_RULES
+)
+def test_reserved_slots_are_a_floor_for_pool_with_threshold(
+    policy: Policy, signals: Signals, before: Counters, action: str, rule: str, reason: str
+) -> None:
+    decision = decide(policy, signals, before)
+    assert (decision.action, decision.rule) == (action, f"pool_with_threshold.{rule}")
+    assert decision.reason == reason
+
+
+def test_a_policy_reads_reserved_slots_and_the_template_capacity() -> None:
+    spec = QueueSpec.model_validate(
+        {
+            "name": "q",
+            "reservedSlots": 5,
+            "daemonTemplate": {"capacity": 2},
+            "elasticity": {"kind": "fully_elastic"},
+        }
+    )
+    policy = Policy.from_spec(spec)
+    assert (policy.reserved_slots, policy.slots_per_daemon, policy.headroom) == (5, 2, 3)
+    assert Policy.from_spec(QueueSpec.model_validate({"name": "q"})).headroom == 0

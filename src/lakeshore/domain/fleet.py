@@ -115,7 +115,7 @@ class QueueView:
 
     @property
     def policy(self) -> Policy:
-        return Policy.from_elasticity(self.spec.elasticity)
+        return Policy.from_spec(self.spec)
 
 
 def partition(queues: Iterable[QueueView]) -> tuple[list[QueueView], dict[str, list[QueueView]]]:

@@ -30,6 +30,15 @@ The rules are ``spec/scaling-rules.txt``, to the letter:
     ``tick_noop`` naming the bound and keeps the counter, so the step happens on the first
     tick the bound allows it.
 
+``reservedSlots`` (a queue's headroom, in slots: ``max_invocations`` units) is held free
+above demand. For the target kinds it adds ``ceil(reservedSlots / slots_per_daemon)``
+daemons to the target (``slots_per_daemon``: the capacity of the daemons the queue
+launches, ``daemonTemplate.capacity``, default 1). For ``pool_with_threshold`` it is a
+floor like ``min``: fewer free slots than reserved (``capacity - running``, plus those of
+launches in flight) launches one (``pool_with_threshold.headroom``), and a scale-down that
+would leave fewer is a no-op (``pool_with_threshold.at_headroom``). Unset or 0, the
+rules are the spec's exactly.
+
 The counters (``consecutiveAbove`` / ``consecutiveBelow``) are persisted by the caller, so a
 restart or a new leader keeps them; they belong to ``pool_with_threshold`` alone and every
 other kind hands back zeroed counters.
@@ -45,7 +54,7 @@ from dataclasses import dataclass, replace
 from typing import Final, Literal, get_args
 
 from lakeshore.domain.jsonsafe import printable
-from lakeshore.domain.queue import DEFAULT_THRESHOLD, DEFAULT_THRESHOLD_LOW, Elasticity
+from lakeshore.domain.queue import DEFAULT_THRESHOLD, DEFAULT_THRESHOLD_LOW, Elasticity, QueueSpec
 
 Action = Literal["scale_up", "scale_down", "tick_noop"]
 Bound = Literal["max", "min"]
@@ -57,12 +66,16 @@ WINDOW: Final = 2
 
 @dataclass(frozen=True)
 class Signals:
-    """What the controller read for one queue or pool on this tick."""
+    """What the controller read for one queue or pool on this tick. ``capacity`` (the
+    counted daemons' slots) and ``running`` (the invocations leased to them) are what
+    ``reservedSlots`` is held against."""
 
     daemon_count: int
     utilization: float
     pending: int
     in_flight: int
+    capacity: int = 0
+    running: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,24 @@ class Policy:
     max: int | None = None
     high: float = DEFAULT_THRESHOLD
     low: float = DEFAULT_THRESHOLD_LOW
+    reserved_slots: int = 0  # the queue's reservedSlots: slots kept free above demand
+    slots_per_daemon: int = 1  # a launched daemon's capacity (daemonTemplate.capacity)
+
+    @classmethod
+    def from_spec(cls, spec: QueueSpec) -> Policy:
+        """The policy of a queue: its elasticity, with its ``reservedSlots`` and the
+        capacity of the daemons it launches."""
+        template = spec.daemon_template
+        return replace(
+            cls.from_elasticity(spec.elasticity),
+            reserved_slots=spec.reserved_slots or 0,
+            slots_per_daemon=(template.capacity if template and template.capacity else 1),
+        )
+
+    @property
+    def headroom(self) -> int:
+        """``reservedSlots`` in daemons: as many launched daemons as hold that many slots."""
+        return -(-self.reserved_slots // self.slots_per_daemon)
 
     @classmethod
     def from_elasticity(cls, elasticity: Elasticity | None) -> Policy:
@@ -191,9 +222,11 @@ def _max_count(policy: Policy, signals: Signals, counters: Counters) -> Decision
 
 
 def target_of(policy: Policy, pending: int) -> int:
-    """``max(min(pending, max), min)`` with ``max`` resolved for the policy's kind."""
+    """``max(min(pending + headroom, max), min)`` with ``max`` resolved for the policy's
+    kind; ``headroom`` is ``reservedSlots`` in daemons (0 when unset: the spec's rule)."""
     ceiling = policy.ceiling
-    capped = pending if ceiling is None else min(pending, ceiling)
+    wanted = pending + policy.headroom
+    capped = wanted if ceiling is None else min(wanted, ceiling)
     return max(capped, policy.min)
 
 
@@ -221,7 +254,7 @@ def _toward_target(policy: Policy, s: Signals) -> Decision:
 
 def _target_noop(policy: Policy, s: Signals, target: int) -> Decision:
     kind, have = policy.kind, f"daemons {s.daemon_count} + in flight {s.in_flight}"
-    if s.pending > target:  # only the ceiling can hold the target under pending
+    if s.pending + policy.headroom > target:  # only the ceiling holds the target under it
         unset = "max unset → 0 for max_count; " if policy.max_defaulted else ""
         return Decision(
             "tick_noop",
@@ -286,9 +319,9 @@ def update_counters(policy: Policy, utilization: float, counters: Counters) -> C
 
 def _pool_with_threshold(policy: Policy, s: Signals, counters: Counters) -> Decision:
     updated = update_counters(policy, s.utilization, counters)
-    below_min = _pool_below_min(policy, s, updated)
-    if below_min is not None:
-        return below_min
+    floor = _pool_below_min(policy, s, updated) or _pool_headroom(policy, s, updated)
+    if floor is not None:
+        return floor
     if updated.above:
         return _pool_up(policy, s, updated)
     if updated.below:
@@ -318,6 +351,28 @@ def _pool_below_min(policy: Policy, s: Signals, c: Counters) -> Decision | None:
         f"below min ({policy.min}): daemons {s.daemon_count} + in flight {s.in_flight} → launch",
         spent,
         "pool_with_threshold.below_min",
+        have + 1,
+    )
+
+
+def _free_slots(policy: Policy, s: Signals) -> int:
+    """Slots free now, and those the launches in flight will bring."""
+    return s.capacity - s.running + s.in_flight * policy.slots_per_daemon
+
+
+def _pool_headroom(policy: Policy, s: Signals, c: Counters) -> Decision | None:
+    """``reservedSlots``: fewer free slots than reserved (those booting counted), launch
+    one, whatever the utilization, as below ``min``. Never past a ceiling."""
+    free, have, ceiling = _free_slots(policy, s), s.daemon_count + s.in_flight, policy.ceiling
+    if free >= policy.reserved_slots or (ceiling is not None and have >= ceiling):
+        return None
+    spent = replace(c, above=0) if c.above >= WINDOW else c
+    return Decision(
+        "scale_up",
+        f"headroom: {free} free slot{'s' if free != 1 else ''} (booting included) "
+        f"< reservedSlots {policy.reserved_slots} → launch",
+        spent,
+        "pool_with_threshold.headroom",
         have + 1,
     )
 
@@ -372,6 +427,16 @@ def _pool_down(policy: Policy, s: Signals, c: Counters) -> Decision:
             "pool_with_threshold.at_min",
             blocked_by="min",
             hint=f"lower min below {policy.min}",
+        )
+    left = _free_slots(policy, s) - policy.slots_per_daemon
+    if policy.reserved_slots and left < policy.reserved_slots:
+        return Decision(
+            "tick_noop",
+            f"headroom: {seen}, but one daemon fewer would leave {max(left, 0)} free "
+            f"slot{'s' if left != 1 else ''} < reservedSlots {policy.reserved_slots}",
+            c,
+            "pool_with_threshold.at_headroom",
+            hint=f"lower reservedSlots below {policy.reserved_slots} to scale down",
         )
     return Decision(
         "scale_down",

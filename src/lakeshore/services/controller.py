@@ -187,7 +187,7 @@ class Controller:
         for n, unit in enumerate(units):
             assert unit.signals is not None
             queue = unit.policy_queue
-            policy = scaling.Policy.from_elasticity(queue.spec.elasticity)
+            policy = scaling.Policy.from_spec(queue.spec)
             path = queue.spec.custom_scaler_udf
             if path is None:
                 kept = counters.get((unit.namespace_id, unit.scope), Counters())

@@ -130,7 +130,7 @@ async def explain(store: Store, ns: Namespace, name: str, now: datetime) -> dict
     latest = event_json(row) if row is not None else None
     pool: dict[str, Any] | None = None
     if pool_name is None:
-        policy = _policy_json(scaling.Policy.from_elasticity(queue.spec.elasticity))
+        policy = _policy_json(scaling.Policy.from_spec(queue.spec))
         provider = fleet.provider_name(queue.spec)
     else:
         policy, provider, pool = _pool(queue, pool_name, listed)
@@ -155,6 +155,7 @@ def _policy_json(policy: scaling.Policy) -> dict[str, Any]:
         "max": policy.max,
         "threshold": policy.high,
         "threshold_low": policy.low,
+        "reservedSlots": policy.reserved_slots,
     }
 
 

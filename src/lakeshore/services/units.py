@@ -119,6 +119,8 @@ class Tally:
             ),
             pending=self.pending,
             in_flight=in_flight,
+            capacity=self.capacity,
+            running=self.running,
         )
 
 
