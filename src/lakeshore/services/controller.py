@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import RowMapping
 
@@ -78,6 +78,10 @@ class Controller:
             notifier=self.notifier,
         )
         self._lock = asyncio.Lock()
+        # queue id → the scope it ticks in, for scopes the last full tick left at zero
+        # (no daemon, nothing in flight, nothing pending, a target policy): a submit to
+        # one of these queues is planned at once (see :meth:`nudge`)
+        self.at_zero: dict[str, tuple[str, str]] = {}
         self._pruned_at: datetime | None = None
         self._late: set[asyncio.Task[Any]] = set()  # launches and kills past their tick
 
@@ -98,6 +102,16 @@ class Controller:
         async with self._lock:
             return [outcome.to_json() for outcome in await self._tick(led, budget_s)]
 
+    async def nudge(
+        self, scopes: set[tuple[str, str]], led: Led, *, budget_s: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Plan ``scopes`` (namespace id, scope) now, as a tick would and only them: one
+        decision each, recorded like any other. The loop calls it when a submit lands in
+        a scope the last tick left at zero, so scale-from-zero does not wait for the next
+        tick; each such scope is nudged at most once until the next full tick."""
+        async with self._lock:
+            return [o.to_json() for o in await self._tick(led, budget_s, only=scopes)]
+
     async def close(self) -> None:
         """Stop waiting for launches and kills still running from earlier ticks."""
         late, self._late = self._late, set()
@@ -106,7 +120,9 @@ class Controller:
         await asyncio.gather(*late, return_exceptions=True)
         self.scalers.close()
 
-    async def _tick(self, led: Led, budget_s: float | None) -> list[Outcome]:
+    async def _tick(
+        self, led: Led, budget_s: float | None, only: set[tuple[str, str]] | None = None
+    ) -> list[Outcome]:
         now = self.clock()
         started = asyncio.get_running_loop().time()
         async with self.store.write() as conn:
@@ -115,7 +131,7 @@ class Controller:
             snap = await ctl_store.snapshot(
                 conn, self.node_id if led.pinned else None, unpinned=led.unpinned
             )
-            units = units_of(snap)
+            units = [u for u in units_of(snap) if only is None or (u.namespace_id, u.scope) in only]
             in_flight = await launch_store.in_flight_by_scope(
                 conn, [(u.namespace_id, u.scope) for u in units], now
             )
@@ -166,8 +182,16 @@ class Controller:
         final = [outcome for outcome in outcomes if outcome is not None]
         changed = _changed_counters(units, decisions, snap.counters)
         await self._record(final, changed, now)
-        await self._prune(now)
+        await self._after_tick(units, decisions, now, nudge=only is not None)
         return final
+
+    async def _after_tick(
+        self, units: Sequence[Unit], decisions: Sequence[Decision], now: datetime, *, nudge: bool
+    ) -> None:
+        if nudge:  # a nudge leaves its scopes out of at_zero until the next full tick
+            return
+        self.at_zero = _at_zero(units, decisions)
+        await self._prune(now)
 
     async def _prune(self, now: datetime) -> None:
         """Drop no-op events past their retention, at most once a minute."""
@@ -375,6 +399,25 @@ class Controller:
         async with self.store.write() as conn:
             await ctl_store.write_events(conn, rows)
             await ctl_store.save_counters(conn, counters, now)
+
+
+_NUDGED_KINDS: Final = ("fully_elastic", "max_count")  # hysteresis policies are left alone
+
+
+def _at_zero(units: Sequence[Unit], decisions: Sequence[Decision]) -> dict[str, tuple[str, str]]:
+    """The queues of the scopes this tick left at zero, each with its scope: no daemon,
+    nothing in flight, nothing pending, a target policy without a custom scaler, and a
+    no-op decided (a first submit to one of them is planned at once)."""
+    zero: dict[str, tuple[str, str]] = {}
+    for unit, decision in zip(units, decisions, strict=True):
+        s, spec = unit.signals, unit.policy_queue.spec
+        if s is None or decision.action != "tick_noop" or spec.custom_scaler_udf is not None:
+            continue
+        kind = spec.elasticity.kind if spec.elasticity else "fixed"
+        if kind in _NUDGED_KINDS and s.daemon_count == s.in_flight == s.pending == 0:
+            for queue in unit.members:
+                zero[queue.id] = (unit.namespace_id, unit.scope)
+    return zero
 
 
 def _changed_counters(

@@ -7,16 +7,24 @@ the background and writes its own audit row, so the next tick starts on time. A 
 still overruns (a very large fleet) is followed by the next one at once (missed ticks are
 not queued up). A tick that fails is logged and the next one runs on time: one broken
 queue, provider or store hiccup never stops the loop.
+
+Between ticks the loop listens to the server's wake-ups (every submit's, from this
+replica or, on PostgreSQL, from any): a submit to a queue whose scope the last tick left
+at zero — no daemon, nothing in flight, nothing pending, a ``fully_elastic`` or
+``max_count`` policy — has that scope planned at once (:meth:`Controller.nudge`), so the
+first launch does not wait for the next tick. A scope is nudged at most once between two
+ticks; ``pool_with_threshold`` is never nudged (its hysteresis counts ticks).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Final
+from typing import Any, Final
 
 from lakeshore.services.controller import Controller
-from lakeshore.store.leadership import Leadership
+from lakeshore.store.leadership import Leadership, Led
 
 log = logging.getLogger("lakeshore.controller")
 
@@ -26,24 +34,60 @@ ACTING_SHARE: Final = 0.8  # of the interval, for a tick's launches and kills
 async def run_forever(controller: Controller, leadership: Leadership, interval_s: float) -> None:
     loop = asyncio.get_running_loop()
     next_at = loop.time()
+    nudges = _Nudges(controller)
+    led = Led(unpinned=False, pinned=False)
     try:
-        while True:
-            try:
-                led = await leadership.try_lead()
-                if led.anything:
-                    budget = max(0.0, next_at + interval_s * ACTING_SHARE - loop.time())
-                    outcomes = await controller.tick(led, budget_s=budget)
-                    acted = [o for o in outcomes if o["action"] != "tick_noop"]
-                    for outcome in acted:
-                        log.info(
-                            "%s %s: %s", outcome["scope"], outcome["action"], outcome["reason"]
-                        )
-            except Exception:
-                log.exception("elasticity tick failed; the next one runs on schedule")
-            next_at += interval_s
-            delay = next_at - loop.time()
-            if delay < 0:
-                next_at, delay = loop.time(), 0.0
-            await asyncio.sleep(delay)
+        with controller.notifier.tapped(nudges.heard):
+            while True:
+                try:
+                    led = await leadership.try_lead()
+                    if led.anything:
+                        budget = max(0.0, next_at + interval_s * ACTING_SHARE - loop.time())
+                        _log(await controller.tick(led, budget_s=budget))
+                except Exception:
+                    log.exception("elasticity tick failed; the next one runs on schedule")
+                next_at += interval_s
+                if next_at < loop.time():
+                    next_at = loop.time()
+                await nudges.serve_until(next_at, led, interval_s)
     finally:
         await leadership.release()
+
+
+class _Nudges:
+    """Submits heard between ticks: a queue the last tick left at zero
+    (:attr:`Controller.at_zero`) has its scope planned at once, not at the next tick."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.scopes: set[tuple[str, str]] = set()
+        self.heard_one = asyncio.Event()
+
+    def heard(self, key: str) -> None:
+        scope = self.controller.at_zero.pop(key, None)
+        if scope is not None:
+            self.scopes.add(scope)
+            self.heard_one.set()
+
+    async def serve_until(self, deadline: float, led: Led, interval_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        while (remaining := deadline - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self.heard_one.wait()
+            if not self.heard_one.is_set():
+                return
+            self.heard_one.clear()
+            scopes, self.scopes = self.scopes, set()
+            if not led.anything:
+                continue  # another replica leads: its own loop hears the submit
+            try:
+                _log(await self.controller.nudge(scopes, led, budget_s=interval_s * ACTING_SHARE))
+            except Exception:
+                log.exception("planning %d scope(s) after a submit failed", len(scopes))
+
+
+def _log(outcomes: list[dict[str, Any]]) -> None:
+    for outcome in outcomes:
+        if outcome["action"] != "tick_noop":
+            log.info("%s %s: %s", outcome["queueName"], outcome["action"], outcome["reason"])

@@ -11,18 +11,31 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 
 class Notifier:
     def __init__(self) -> None:
         self._waiters: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
+        self._taps: list[Callable[[str], None]] = []
 
     def notify(self, queue_ids: Iterable[str]) -> None:
         for queue_id in queue_ids:
             for event in self._waiters.get(queue_id, ()):
                 event.set()
+            for tap in self._taps:
+                tap(queue_id)
+
+    @contextmanager
+    def tapped(self, tap: Callable[[str], None]) -> Iterator[None]:
+        """Hand ``tap`` every key notified while inside (on the event loop; it must not
+        block): the controller's loop hears submits this way."""
+        self._taps.append(tap)
+        try:
+            yield
+        finally:
+            self._taps.remove(tap)
 
     def notify_all(self) -> None:
         """Wake every waiter (after wake-ups may have been missed)."""
