@@ -86,10 +86,11 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def running_server(db: str, workdir: Path) -> Iterator[tuple[str, str]]:
-    """A server for the block; yields (url, admin token)."""
+def running_server(db: str, workdir: Path, **settings: str) -> Iterator[tuple[str, str]]:
+    """A server for the block (``settings``: more environment, e.g.
+    ``ELASTICITY_ENABLED="true"``); yields (url, admin token)."""
     token = secrets.token_urlsafe(24)
-    env = clean_env(LAKESHORE_ADMIN_TOKEN=token)
+    env = clean_env(LAKESHORE_ADMIN_TOKEN=token, **settings)
     log_path = workdir / "server.log"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
