@@ -229,7 +229,7 @@ async def test_regression_deep_free_form_json(api: httpx.AsyncClient, method: st
 async def test_regression_large_free_form_floats_read_back_exactly(
     api: httpx.AsyncClient,
 ) -> None:
-    body = {"name": "floats", "authPolicy": [1e23], "elasticity": {"kind": "fixed", "x": 1e300}}
+    body = {"name": "floats", "elasticity": {"kind": "fixed", "x": 1e300, "y": [1e23]}}
     created = await send(api, "POST", QUEUES, body=body)
     assert created.status_code == 201, created.text
     assert (await send(api, "GET", queue_url("floats"))).json() == created.json()

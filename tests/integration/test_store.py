@@ -95,7 +95,7 @@ async def test_a_queue_round_trips_every_field(store: Store) -> None:
             "kindParams": {"temperature": 2.0},
             "admission": {"max_depth": 5, "on_full": "block"},
             "reservedSlots": 1,
-            "authPolicy": {"allow": ["a"]},
+            "authPolicy": {"submit": ["a"], "claim": []},
             "providerRef": "p",
             "elasticity": {
                 "kind": "pool_with_threshold",

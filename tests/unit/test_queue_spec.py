@@ -38,7 +38,7 @@ ACCEPTED = [
     ),
     pytest.param(spec(reservedSlots=0), id="reserved slots zero"),
     pytest.param(
-        spec(authPolicy={"any": ["opaque", 1, None, {"x": True}]}), id="opaque auth policy"
+        spec(authPolicy={"submit": ["ci"], "read": [], "claim": ["tok_0123"]}), id="auth policy"
     ),
     pytest.param(spec(providerRef="aws-east"), id="provider"),
     pytest.param(spec(elasticity={"kind": "fixed"}), id="fixed"),
@@ -345,7 +345,26 @@ def test_an_unknown_kind_with_a_surrogate_is_reported_encodably() -> None:
 
 
 def test_moderate_nesting_in_free_form_json_is_fine() -> None:
-    assert parse_spec(spec(authPolicy=nested(20))).auth_policy == nested(20)
+    elasticity = {"kind": "fixed", "future": nested(20)}
+    assert parse_spec(spec(elasticity=elasticity)).elasticity is not None
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "message"),
+    [
+        (["ci"], "authPolicy", "is an object"),
+        ({"write": ["ci"]}, "authPolicy.write", "not an action; use submit, read, claim"),
+        ({"submit": "ci"}, "authPolicy.submit", "a list of at most 256"),
+        ({"read": ["ok", 7]}, "authPolicy.read[1]", "a token's name or id"),
+        ({"claim": [""]}, "authPolicy.claim[0]", "1 to 256 characters"),
+        ({"submit": ["x"] * 257}, "authPolicy.submit", "at most 256"),
+    ],
+)
+def test_an_auth_policy_names_actions_and_tokens(policy: Any, field: str, message: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_spec(spec(authPolicy=policy))
+    assert caught.value.field == field
+    assert message in str(caught.value)
 
 
 # --- exact refusals, PATCH edges, numbers and the stored record ---------------------------

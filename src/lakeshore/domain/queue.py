@@ -29,7 +29,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from lakeshore.domain import jsonsafe
+from lakeshore.domain import access, jsonsafe
 from lakeshore.domain.kinds import (
     ELASTICITY_KINDS,
     QueueKind,
@@ -280,9 +280,12 @@ def parse_spec(data: Any) -> QueueSpec:
                 f"{key} is set by the server{hint if key == 'state' else ''}", field=key
             )
     try:
-        return QueueSpec.model_validate(data)
+        spec = QueueSpec.model_validate(data)
     except ValidationError as exc:
         raise invalid_input(exc) from exc
+    if spec.auth_policy is not None:
+        access.parse(spec.auth_policy)  # its shape: InvalidInput naming the bad field
+    return spec
 
 
 def merge_patch(spec: QueueSpec, patch: Any) -> QueueSpec:

@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cachetools import TTLCache
 
 from lakeshore import files
 from lakeshore.defaults import ADMIN_TOKEN_MIN_CHARS
-from lakeshore.domain import tokens
+from lakeshore.domain import access, tokens
 from lakeshore.errors import Forbidden, InvalidInput, Unauthorized
 from lakeshore.store import namespaces as ns_store
 from lakeshore.store.engine import Store
@@ -43,6 +43,7 @@ class Principal:
     namespace: str | None = None
     token_id: str | None = None
     worker_id: str | None = None  # a worker token's one worker, once it said hello
+    token_name: str | None = None  # the label it was created with (authPolicy names it)
 
     @property
     def is_admin(self) -> bool:
@@ -50,6 +51,13 @@ class Principal:
 
     def can_see(self, namespace: str) -> bool:
         return self.is_admin or self.namespace == namespace
+
+    def require_access(self, raw_policy: Any, action: access.Action, queue: str) -> None:
+        """Refuse (403, naming the rule) what the queue's ``authPolicy`` does not allow."""
+        caller = access.Caller(self.is_admin, self.kind, self.token_id, self.token_name)
+        refused = access.refusal(raw_policy, action, caller, queue)
+        if refused is not None:
+            raise Forbidden(refused)
 
     def require_admin(self, what: str) -> None:
         if not self.is_admin:
@@ -114,6 +122,7 @@ class Callers:
             namespace=row["namespace_name"],
             token_id=row["id"],
             worker_id=row["worker_id"],
+            token_name=row["name"],
         )
         if self._known is not None and (caller.kind == "namespace" or caller.worker_id):
             self._known[parsed.id] = (row["secret_hash"], caller)

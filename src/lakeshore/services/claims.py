@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore.domain import access
 from lakeshore.errors import Gone, NotFound
 from lakeshore.services.invocations import to_json
 from lakeshore.services.notify import Notifier
@@ -66,6 +67,9 @@ class ClaimingWorker(Protocol):
 
     @property
     def reach(self) -> Reach: ...
+
+    @property
+    def caller(self) -> access.Caller | None: ...
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,9 @@ async def claim_in(
     free = min(limit, worker.holds - running)
     if free <= 0:
         return Attempt()
-    queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
+    queues = _claimable_by(
+        worker.caller, await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
+    )
     subscribed = [q for q in queues if q["own"]]
     own = [q for q in subscribed if q["state"] != "paused"]
     claimed = await _lease(conn, own, worker.id, free, now, lease_s)
@@ -201,6 +207,19 @@ async def claim_in(
     if wait_s > 0:
         return Attempt(steal_in_s=wait_s)
     return Attempt(await _lease(conn, siblings, worker.id, free, now, lease_s))
+
+
+def _claimable_by(caller: access.Caller | None, queues: list[RowMapping]) -> list[RowMapping]:
+    """The queues whose ``authPolicy.claim`` lets ``caller`` claim (a policy written after
+    the worker's hello included)."""
+    if caller is None or caller.is_admin:
+        return queues
+    return [
+        q
+        for q in queues
+        if q["auth_policy"] is None
+        or access.refusal(q["auth_policy"], "claim", caller, q["name"]) is None
+    ]
 
 
 async def long_poll(

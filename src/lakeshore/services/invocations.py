@@ -10,12 +10,13 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.domain import admission, cursors, jsonsafe
+from lakeshore.domain import access, admission, cursors, jsonsafe
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.invocations import Submit, parse_submit, priority_of
 from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
 from lakeshore.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from lakeshore.services.auth import Principal
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
@@ -165,30 +166,26 @@ async def submit_many(
     *,
     block_s: float = 10.0,
     max_payload_bytes: int | None = None,
+    caller: Principal | None = None,
 ) -> list[tuple[dict[str, Any], bool]]:
     """Submit ``bodies`` in order; each result is (invocation, created?). A body whose key
     was already used in this queue returns the invocation that holds it. A full queue
-    whose ``on_full`` is ``block`` is retried for up to ``block_s`` seconds, then 429."""
+    whose ``on_full`` is ``block`` is retried for up to ``block_s`` seconds, then 429.
+    ``caller`` is held to the queue's ``authPolicy.submit`` (403)."""
     if not 1 <= len(bodies) <= MAX_BATCH:
         raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
     places = _places(len(bodies))
     submits = [parse_submit(body, where=place) for body, place in zip(bodies, places, strict=True)]
     if max_payload_bytes is not None:
-        for i, s in enumerate(submits):
-            where = f"invocations[{i}]" if len(bodies) > 1 else "args"
-            jsonsafe.require_within(
-                [s.args, s.kwargs],
-                max_payload_bytes,
-                f"the args and kwargs of {where if len(bodies) > 1 else 'this invocation'}",
-                setting="LAKESHORE_MAX_PAYLOAD_BYTES",
-                field=where,
-            )
+        _check_sizes(submits, max_payload_bytes)
     loop = asyncio.get_running_loop()
     deadline, pause, races = loop.time() + block_s, 0.05, 0
     while True:
         try:
             async with store.write() as conn:
                 queue = await _queue_for_submit(conn, ns, queue_name, now)
+                if caller is not None:
+                    caller.require_access(queue.spec.auth_policy, "submit", queue.name)
                 # before admission: a submit refused for its priority spends no rate
                 rows = [_row(ns, queue, s, now, i, places[i]) for i, s in enumerate(submits)]
                 # repeats of a used key are answered, never refused: only new rows are
@@ -217,6 +214,18 @@ async def submit_many(
     return _answers(rows, stored)
 
 
+def _check_sizes(submits: Sequence[Submit], max_payload_bytes: int) -> None:
+    for i, s in enumerate(submits):
+        where = f"invocations[{i}]" if len(submits) > 1 else "args"
+        jsonsafe.require_within(
+            [s.args, s.kwargs],
+            max_payload_bytes,
+            f"the args and kwargs of {where if len(submits) > 1 else 'this invocation'}",
+            setting="LAKESHORE_MAX_PAYLOAD_BYTES",
+            field=where,
+        )
+
+
 def _answers(
     rows: Sequence[dict[str, Any]], stored: Sequence[Any]
 ) -> list[tuple[dict[str, Any], bool]]:
@@ -230,12 +239,31 @@ def _answers(
     return answers
 
 
-async def get(store: Store, ns: Namespace, invocation_id: str) -> dict[str, Any]:
+async def get(
+    store: Store, ns: Namespace, invocation_id: str, caller: Principal | None = None
+) -> dict[str, Any]:
     async with store.read() as conn:
         row = await inv_store.get(conn, ns.id, invocation_id)
-    if row is None:
-        raise NotFound(f'invocation "{invocation_id}" not found', field="id")
+        if row is None:
+            raise NotFound(f'invocation "{invocation_id}" not found', field="id")
+        await require_access(conn, caller, ns, row["queue_name"], "read")
     return to_json(row)
+
+
+async def require_access(
+    conn: AsyncConnection,
+    caller: Principal | None,
+    ns: Namespace,
+    queue_name: str,
+    action: access.Action,
+) -> None:
+    """403 unless the queue's ``authPolicy`` lets ``caller`` do ``action`` (no read for
+    the admin, whom no policy refuses)."""
+    if caller is None or caller.is_admin:
+        return
+    queue = await queue_store.get_queue(conn, ns.id, queue_name)
+    if queue is not None:
+        caller.require_access(queue.spec.auth_policy, action, queue.name)
 
 
 async def list_for_queue(
@@ -246,6 +274,7 @@ async def list_for_queue(
     states: Sequence[str],
     limit: int,
     cursor: str | None,
+    caller: Principal | None = None,
 ) -> dict[str, Any]:
     before = cursors.parse(cursor)
     async with store.read() as conn:
@@ -256,6 +285,8 @@ async def list_for_queue(
         )
         if queue is None:
             raise NotFound(f'queue "{queue_name}" not found', field="name")
+        if caller is not None:
+            caller.require_access(queue.spec.auth_policy, "read", queue.name)
         rows = await inv_store.list_for_queue(
             conn, queue.id, states=states, limit=limit, before=before
         )
@@ -272,12 +303,18 @@ def stream_key(invocation_id: str) -> str:
 
 
 async def cancel(
-    store: Store, notifier: Notifier, ns: Namespace, invocation_id: str, now: datetime
+    store: Store,
+    notifier: Notifier,
+    ns: Namespace,
+    invocation_id: str,
+    now: datetime,
+    caller: Principal | None = None,
 ) -> dict[str, Any]:
     async with store.write() as conn:
         row = await inv_store.get(conn, ns.id, invocation_id)
         if row is None:
             raise NotFound(f'invocation "{invocation_id}" not found', field="id")
+        await require_access(conn, caller, ns, row["queue_name"], "submit")
         if row["state"] in ("succeeded", "failed", "expired"):
             raise Conflict(f"invocation already {row['state']}; nothing to cancel", field="state")
         updated = await inv_store.cancel(conn, invocation_id, now)

@@ -18,6 +18,8 @@ from typing import Any
 
 from lakeshore.domain.invocations import FINAL_STATES
 from lakeshore.errors import Conflict, InvalidInput, NotFound
+from lakeshore.services import invocations as inv_service
+from lakeshore.services.auth import Principal
 from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
@@ -69,12 +71,16 @@ async def append(
     return {"next_seq": first_seq + len(items)}
 
 
-async def require(store: Store, ns: Namespace, invocation_id: str) -> None:
-    """NotFound before a stream starts, rather than a broken stream after."""
+async def require(
+    store: Store, ns: Namespace, invocation_id: str, caller: Principal | None = None
+) -> None:
+    """NotFound (or Forbidden, by the queue's ``authPolicy.read``) before a stream starts,
+    rather than a broken stream after."""
     async with store.read() as conn:
         row = await inv_store.get(conn, ns.id, invocation_id)
-    if row is None:
-        raise NotFound(f'invocation "{invocation_id}" not found', field="id")
+        if row is None:
+            raise NotFound(f'invocation "{invocation_id}" not found', field="id")
+        await inv_service.require_access(conn, caller, ns, row["queue_name"], "read")
 
 
 async def follow(

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.domain import jsonsafe
+from lakeshore.domain import access, jsonsafe
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.invocations import Report
 from lakeshore.domain.names import Name
@@ -80,6 +80,7 @@ class WorkerRef:
     max_invocations: int
     reach: claims.Reach
     prefetch: int = 0
+    caller: access.Caller | None = None  # whom queues' authPolicy.claim is read for
 
     @property
     def holds(self) -> int:
@@ -205,6 +206,7 @@ async def _queues_for(
                 spec=parse_spec({"name": name}),
                 now=now,
             )
+        caller.require_access(queue.spec.auth_policy, "claim", queue.name)
         queue_ids.append(queue.id)
     return queue_ids
 
@@ -228,6 +230,7 @@ async def _worker_in(conn: AsyncConnection, caller: Principal, worker_id: str) -
         max_invocations=row["max_invocations"],
         reach=claims.Reach.of(row),
         prefetch=int((row["capabilities"] or {}).get("prefetch") or 0),
+        caller=access.Caller(caller.is_admin, caller.kind, caller.token_id, caller.token_name),
     )
 
 

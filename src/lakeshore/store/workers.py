@@ -134,7 +134,17 @@ def _claimable_query() -> Select[Any]:
     its cost on the claim path), with ``worker_id`` and ``namespace_id`` bound per call."""
     q = queues.c
     worker_id: BindParameter[str] = bindparam("worker_id")
-    columns = (q.id, q.name, q.kind, q.kind_params, q.admission, q.state, q.pool, q.elasticity)
+    columns = (
+        q.id,
+        q.name,
+        q.kind,
+        q.kind_params,
+        q.admission,
+        q.state,
+        q.pool,
+        q.elasticity,
+        q.auth_policy,
+    )
     membership = select(worker_queues.c.queue_id).where(worker_queues.c.worker_id == worker_id)
     own = (
         select(*columns, true().label("own"))

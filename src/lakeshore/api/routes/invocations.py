@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from lakeshore.api import head
-from lakeshore.api.deps import InNamespace, State
+from lakeshore.api.deps import Caller, InNamespace, State
 from lakeshore.errors import InvalidInput
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import streams as stream_service
@@ -33,6 +33,7 @@ async def submit(
     name: str,
     ns: InNamespace,
     state: State,
+    caller: Caller,
     response: Response,
     body: Annotated[Any, Body()],
     wait_s: WaitS = 10.0,
@@ -47,6 +48,7 @@ async def submit(
         state.clock(),
         block_s=wait_s,
         max_payload_bytes=state.settings.max_payload_bytes,
+        caller=caller,
     )
     if not created:
         response.status_code = 200
@@ -59,7 +61,12 @@ async def submit(
     status_code=201,
 )
 async def submit_batch(
-    name: str, ns: InNamespace, state: State, body: Annotated[Any, Body()], wait_s: WaitS = 10.0
+    name: str,
+    ns: InNamespace,
+    state: State,
+    caller: Caller,
+    body: Annotated[Any, Body()],
+    wait_s: WaitS = 10.0,
 ) -> dict[str, Any]:
     items = body.get("invocations") if isinstance(body, dict) else None
     if not isinstance(items, list):
@@ -74,6 +81,7 @@ async def submit_batch(
         state.clock(),
         block_s=wait_s,
         max_payload_bytes=state.settings.max_payload_bytes,
+        caller=caller,
     )
     return {
         "invocations": [invocation for invocation, _ in results],
@@ -86,30 +94,39 @@ async def list_invocations(
     name: str,
     ns: InNamespace,
     state: State,
+    caller: Caller,
     states: Annotated[list[StateFilter] | None, Query(alias="state")] = None,
     limit: Annotated[int, Query(ge=1, le=inv_service.MAX_PAGE)] = inv_service.DEFAULT_PAGE,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> dict[str, Any]:
     return await inv_service.list_for_queue(
-        state.store, ns, name, states=states or [], limit=limit, cursor=cursor
+        state.store, ns, name, states=states or [], limit=limit, cursor=cursor, caller=caller
     )
 
 
 @router.get("/invocations/{invocation_id}", summary="Read an invocation")
-async def get_invocation(invocation_id: str, ns: InNamespace, state: State) -> dict[str, Any]:
-    return await inv_service.get(state.store, ns, invocation_id)
+async def get_invocation(
+    invocation_id: str, ns: InNamespace, state: State, caller: Caller
+) -> dict[str, Any]:
+    return await inv_service.get(state.store, ns, invocation_id, caller)
 
 
 @router.post(
     "/invocations/{invocation_id}/cancel", summary="Cancel a pending or running invocation"
 )
-async def cancel_invocation(invocation_id: str, ns: InNamespace, state: State) -> dict[str, Any]:
-    return await inv_service.cancel(state.store, state.notifier, ns, invocation_id, state.clock())
+async def cancel_invocation(
+    invocation_id: str, ns: InNamespace, state: State, caller: Caller
+) -> dict[str, Any]:
+    return await inv_service.cancel(
+        state.store, state.notifier, ns, invocation_id, state.clock(), caller
+    )
 
 
-async def _existing_invocation(invocation_id: str, ns: InNamespace, state: State) -> str:
-    """404 before the stream starts, rather than a broken stream after."""
-    await stream_service.require(state.store, ns, invocation_id)
+async def _existing_invocation(
+    invocation_id: str, ns: InNamespace, state: State, caller: Caller
+) -> str:
+    """404 (403 by the queue's authPolicy) before the stream starts, not a broken stream."""
+    await stream_service.require(state.store, ns, invocation_id, caller)
     return invocation_id
 
 
