@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from lakeshore.daemon.worker import Daemon
 from tests.integration.daemons import NS, daemon_for
 
 
@@ -39,6 +40,15 @@ async def test_a_worker_holds_its_capacity_and_its_prefetch(api: httpx.AsyncClie
     assert refused.status_code == 422
 
 
+def _as_daemon(transport: httpx.AsyncBaseTransport, daemon: Daemon) -> httpx.AsyncClient:
+    """A client of the app with the daemon's token."""
+    return httpx.AsyncClient(
+        transport=transport,
+        base_url="http://lakeshore.test",
+        headers={"Authorization": f"Bearer {daemon.config.token}"},
+    )
+
+
 async def _states(http: httpx.AsyncClient, queue: str) -> dict[str, int]:
     stats = await http.get(f"{NS}/queues/{queue}/stats")
     return dict(stats.json()["byState"])
@@ -50,11 +60,7 @@ async def test_a_daemon_prefetches_runs_its_capacity_and_hands_back_the_rest_at_
     gate = tmp_path / "gate"
     daemon = daemon_for(app_transport, "ahead")
     daemon.config.capacity, daemon.config.prefetch, daemon.config.burst = 1, 2, False
-    async with httpx.AsyncClient(
-        transport=app_transport,
-        base_url="http://lakeshore.test",
-        headers={"Authorization": f"Bearer {daemon.config.token}"},
-    ) as http:
+    async with _as_daemon(app_transport, daemon) as http:
         items = [{"fn": "tests.udfs_pool:wait_for_file", "args": [str(gate)]}] * 4
         made = await http.post(f"{NS}/queues/ahead/invocations/batch", json={"invocations": items})
         assert made.status_code == 201, made.text
@@ -105,11 +111,7 @@ async def test_a_prefetched_invocation_starts_while_the_last_ones_report_is_on_i
     record = tmp_path / "ran"
     daemon = daemon_for(held, "slots")
     daemon.config.capacity, daemon.config.prefetch, daemon.config.burst = 1, 1, False
-    async with httpx.AsyncClient(
-        transport=app_transport,
-        base_url="http://lakeshore.test",
-        headers={"Authorization": f"Bearer {daemon.config.token}"},
-    ) as http:
+    async with _as_daemon(app_transport, daemon) as http:
         items = [{"fn": "tests.udfs:record", "args": [str(record), n]} for n in (1, 2)]
         made = await http.post(f"{NS}/queues/slots/invocations/batch", json={"invocations": items})
         assert made.status_code == 201, made.text

@@ -152,11 +152,8 @@ class _Waiter:
             try:
                 message = self.ticket.messages.get(timeout=self._next_s())
             except queue.Empty:
-                ended = self._expired()
-                if ended is not None:
-                    return ended
-                continue
-            ended = self._take(message)
+                message = None
+            ended = self._step(message)
             if ended is not None:
                 return ended
 
@@ -165,15 +162,16 @@ class _Waiter:
         while True:
             try:
                 async with asyncio.timeout(self._next_s()):
-                    message = await inbox.get()
+                    message: tuple[Any, ...] | None = await inbox.get()
             except TimeoutError:
-                ended = self._expired()
-                if ended is not None:
-                    return ended
-                continue
-            ended = self._take(message)
+                message = None
+            ended = self._step(message)
             if ended is not None:
                 return ended
+
+    def _step(self, message: tuple[Any, ...] | None) -> Outcome | None:
+        """A message, or (None) the wait for one ran out: the outcome once there is one."""
+        return self._expired() if message is None else self._take(message)
 
     def _take(self, message: tuple[Any, ...]) -> Outcome | None:
         kind = message[0]
