@@ -266,6 +266,7 @@ async def build(
             worker_rows.append(
                 {
                     "id": worker_id,
+                    "name": worker_id,
                     "namespace_id": ns_id,
                     "runners": ["process"],
                     "tags": [],
