@@ -139,6 +139,19 @@ def test_the_controller_through_the_cli(cli: Cli, http: httpx.Client) -> None:
     assert len(launched) == 2  # the refused tick launched nothing
 
 
+def test_the_feed_shows_folded_noops_once_with_their_count(cli: Cli) -> None:
+    """Three ticks of a steady queue: one feed row, its count (3, or more, if the server's own
+    loop ticked too), with its first and last time."""
+    assert cli.run("queues", "add", "steady").returncode == 0
+    for _ in range(3):
+        assert cli.run("controller", "tick").returncode == 0
+    rows = cli.run("queues", "events", "steady", "--verbose", "--json").json()["events"]
+    assert len(rows) == 1 and rows[0]["repeats"] >= 3
+    table = cli.run("queues", "events", "steady", "--verbose")
+    [row] = [line for line in table.stdout.splitlines() if "fixed: no-op" in line]
+    assert f"\u00d7{rows[0]['repeats']}" in row and "→" in row
+
+
 def test_the_loop_scales_up_by_itself(tmp_path: Path) -> None:
     """With the loop on (every 0.3 s) and nobody calling the tick route, an elastic queue
     with pending work gets a scale_up in its feed and a launch through its provider."""

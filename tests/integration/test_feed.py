@@ -19,9 +19,11 @@ async def test_the_feed_hides_noops_unless_verbose_and_pages_newest_first(
     await submit_many(api, "fed", 5)
     for _ in range(4):  # launch, launch, noop, noop
         await tick(api)
+        await submit_many(api, "fed", 1)  # a new pending count: no two no-ops alike
     quiet = (await api.get(f"{NS}/queues/fed/events")).json()
     assert [e["action"] for e in quiet["events"]] == ["scale_up", "scale_up"]
     assert quiet["events"][0]["reason"] == "target 2 > daemons 0 + in flight 1 → launch"
+    assert all(e["repeats"] == 1 for e in quiet["events"])
     assert quiet["events"][0]["id"] > quiet["events"][1]["id"]
     assert quiet["events"][0]["rule"] == "fully_elastic.scale_up"
     assert "launch_id" in quiet["events"][0]["detail"]
@@ -188,6 +190,8 @@ async def test_stats_explain_and_the_tick_read_the_same_signals_of_a_pool(
     decision = (await tick(api))["pool:gpu"]
     assert decision["before"] == _signals_of(stats)  # what stats said is what it read
     assert decision["action"] == "scale_up"
+    # what explain said the next tick would do is what it did: the same plan
+    assert {k: decision[k] for k in ("action", "reason", "rule", "hint")} == explained["next"]
     booting = (await api.get(f"{NS}/queues/b/stats")).json()
     assert booting["inFlight"] == 1 and booting["pending"] == 3
     assert booting["member"]["pending"] == 2
@@ -202,3 +206,25 @@ async def test_stats_of_a_lone_queue_have_no_member_block(api: httpx.AsyncClient
     stats = (await api.get(f"{NS}/queues/solo/stats")).json()
     assert (stats["scope"], stats["member"], stats["pool"]) == ("solo", None, None)
     assert (await tick(api))["solo"]["before"] == _signals_of(stats)
+
+
+async def test_identical_noops_of_a_queue_fold_into_one_row(api: httpx.AsyncClient) -> None:
+    """A steady queue's no-ops are one row with a repeat count and the last tick's time;
+    a different decision starts a new row, and a return to the old no-op a third."""
+    await provider(api)
+    await queue(api, "calm", elastic(max=2), providerRef="fk")
+    for _ in range(5):
+        await tick(api)
+    rows = (await api.get(f"{NS}/queues/calm/events", params={"verbose": 1})).json()["events"]
+    assert [(e["action"], e["repeats"]) for e in rows] == [("tick_noop", 5)]
+    assert rows[0]["lastAt"] >= rows[0]["createdAt"]
+    await submit_many(api, "calm", 1)
+    assert (await tick(api))["calm"]["action"] == "scale_up"
+    await tick(api)  # waiting on the launch: a no-op of another reason
+    await tick(api)
+    rows = (await api.get(f"{NS}/queues/calm/events", params={"verbose": 1})).json()["events"]
+    assert [(e["action"], e["repeats"]) for e in rows] == [
+        ("tick_noop", 2),
+        ("scale_up", 1),
+        ("tick_noop", 5),
+    ]

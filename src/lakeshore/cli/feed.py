@@ -28,6 +28,7 @@ Limit = Annotated[
     typer.Option(min=1, max=500, help="How many events to show (when following: per request)."),
 ]
 FOLLOW_EVERY_S = 2.0
+TIMES = "\u00d7"  # the multiplication sign before a folded row's count
 MAX_PAGES_PER_POLL = 1_000
 
 pools = typer.Typer(help="Shared pools: queues that scale as one.", no_args_is_help=True)
@@ -36,8 +37,12 @@ controller = typer.Typer(help="The elasticity controller.", no_args_is_help=True
 
 def _row(event: dict[str, Any]) -> list[Any]:
     before = event.get("before") or {}
+    when = event["createdAt"][:19].replace("T", " ")
+    repeats = event.get("repeats") or 1
+    if repeats > 1:  # identical no-ops folded into one row: first and last time, and how many
+        when = f"{when} → {event['lastAt'][11:19]} {TIMES}{repeats}"
     return [
-        event["createdAt"][:19].replace("T", " "),
+        when,
         event["queueName"],
         event["action"],
         "/".join(str(before.get(k, "")) for k in ("daemon_count", "in_flight", "pending")),

@@ -14,26 +14,21 @@ so the next tick neither launches twice nor picks the same victim).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any
 
 from sqlalchemy import RowMapping
 
-from lakeshore.domain import custom_scaler, fleet, scaling
-from lakeshore.domain.scaling import Counters, Decision, Signals
+from lakeshore.domain.scaling import Counters
+from lakeshore.elasticity import plan
+from lakeshore.elasticity.snapshot import Key, Snapshot
 from lakeshore.services import scalers
 from lakeshore.services.fleet_ops import FleetOps, Launched, LaunchSpec, Prepared, Retired
 from lakeshore.services.notify import Notifier
-from lakeshore.services.units import (
-    Outcome,
-    Unit,
-    gather_signals,
-    provider_of,
-    signals_json,
-    units_of,
-)
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import launches as launch_store
 from lakeshore.store.engine import Store
@@ -46,7 +41,6 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 DEFAULT_NOOP_RETENTION_S = 86_400.0  # a day of no-ops; decisions that acted are kept
 PRUNE_EVERY = timedelta(minutes=1)
 CONCURRENCY = 16
-YIELD_EVERY = 500  # decisions between two turns of the event loop
 
 
 class Controller:
@@ -83,6 +77,9 @@ class Controller:
         # one of these queues is planned at once (see :meth:`nudge`)
         self.at_zero: dict[str, tuple[str, str]] = {}
         self._pruned_at: datetime | None = None
+        self._queues = ctl_store.QueueCache()  # parsed queues, kept while unchanged
+        # scope → (id, fingerprint) of the last no-op row written for it, to fold into
+        self._last_rows: dict[Key, tuple[int, str]] = {}
         self._late: set[asyncio.Task[Any]] = set()  # launches and kills past their tick
 
     async def tick(
@@ -121,7 +118,7 @@ class Controller:
         self.scalers.close()
 
     async def _tick(
-        self, led: Led, budget_s: float | None, only: set[tuple[str, str]] | None = None
+        self, led: Led, budget_s: float | None, only: set[Key] | None = None
     ) -> list[Outcome]:
         now = self.clock()
         started = asyncio.get_running_loop().time()
@@ -129,29 +126,26 @@ class Controller:
             expired = await launch_store.expire(conn, now)
         async with self.store.read() as conn:
             snap = await ctl_store.snapshot(
-                conn, self.node_id if led.pinned else None, unpinned=led.unpinned
+                conn,
+                self.node_id if led.pinned else None,
+                unpinned=led.unpinned,
+                now=now,
+                cache=self._queues,
             )
-            units = [u for u in units_of(snap) if only is None or (u.namespace_id, u.scope) in only]
-            in_flight = await launch_store.in_flight_by_scope(
-                conn, [(u.namespace_id, u.scope) for u in units], now
-            )
-            wanted = {(u.namespace_id, p) for u in units if (p := provider_of(u)) is not None}
+        # the plan is pure and CPU-bound: computed in a thread, the API's event loop
+        # serves requests while it runs
+        steps = await asyncio.to_thread(plan.plan, snap, now, only=only)
+        steps = await self._ask_scalers(steps, snap)
+        async with self.store.read() as conn:
+            wanted = {(s.unit.namespace_id, s.launch.provider) for s in steps if s.launch}
             wanted |= {(launch["namespace_id"], launch["provider_name"]) for launch in expired}
             registrations = await ctl_store.registrations(conn, wanted)
-        for n, unit in enumerate(units, 1):
-            unit.signals = gather_signals(unit, snap, in_flight[(unit.namespace_id, unit.scope)])
-            if n % YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # let the API's requests in between
-        decisions = await self._decide_all(units, snap.counters)
         outcomes: list[Outcome | None] = [
-            None
-            if d.action in ("scale_up", "scale_down")
-            else Outcome(u, d, signals_json(u.signals))
-            for u, d in zip(units, decisions, strict=True)
+            None if s.launch or s.victim else Outcome(s, s.before()) for s in steps
         ]
         # a launch or a kill: first what the store must know before this tick ends (the
         # launch in flight, the victim retiring), then the provider calls, as tasks
-        jobs = await self._prepare(units, decisions, outcomes, registrations)
+        jobs = await self._prepare(steps, outcomes, registrations)
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def gated(job: Awaitable[Any]) -> Any:
@@ -180,18 +174,13 @@ class Controller:
                 self._late.add(task)
                 task.add_done_callback(self._late.discard)
         final = [outcome for outcome in outcomes if outcome is not None]
-        changed = _changed_counters(units, decisions, snap.counters)
-        await self._record(final, changed, now)
-        await self._after_tick(units, decisions, now, nudge=only is not None)
+        await self._record(final, plan.changed_counters(steps), now)
+        if only is None:  # a nudge leaves its scopes out of at_zero until the next full tick
+            self.at_zero = plan.at_zero(steps)
+            ticked = {step.key for step in steps}
+            self._last_rows = {k: v for k, v in self._last_rows.items() if k in ticked}
+            await self._prune(now)
         return final
-
-    async def _after_tick(
-        self, units: Sequence[Unit], decisions: Sequence[Decision], now: datetime, *, nudge: bool
-    ) -> None:
-        if nudge:  # a nudge leaves its scopes out of at_zero until the next full tick
-            return
-        self.at_zero = _at_zero(units, decisions)
-        await self._prune(now)
 
     async def _prune(self, now: datetime) -> None:
         """Drop no-op events past their retention, at most once a minute."""
@@ -201,41 +190,28 @@ class Controller:
         async with self.store.write() as conn:
             await ctl_store.prune_noops(conn, now - timedelta(seconds=self.noop_retention_s))
 
-    async def _decide_all(
-        self, units: Sequence[Unit], counters: dict[tuple[str, str], Counters]
-    ) -> list[Decision]:
-        """Every unit's decision; custom scalers are called together (each bounded by the
-        call time-out), so a tick waits for the slowest scaler, not for their sum."""
-        decisions: list[Decision | None] = []
-        asks: dict[int, Awaitable[Decision]] = {}
-        for n, unit in enumerate(units):
-            assert unit.signals is not None
-            queue = unit.policy_queue
-            policy = scaling.Policy.from_spec(queue.spec)
-            path = queue.spec.custom_scaler_udf
-            if path is None:
-                kept = counters.get((unit.namespace_id, unit.scope), Counters())
-                decisions.append(scaling.decide(policy, unit.signals, kept))
-            else:
-                decisions.append(None)
-                asks[n] = self._ask_scaler(
-                    path, (unit.namespace_id, unit.scope), policy, unit.signals
-                )
-            if (n + 1) % YIELD_EVERY == 0:
-                await asyncio.sleep(0)
-        answers = await asyncio.gather(*asks.values())
-        for n, decision in zip(asks, answers, strict=True):
-            decisions[n] = decision
-        return [d for d in decisions if d is not None]
+    async def _ask_scalers(self, steps: list[plan.Step], snap: Snapshot) -> list[plan.Step]:
+        """Settle the steps that wait on a custom scaler: the scalers are asked together
+        (each bounded by the call time-out), so a tick waits for the slowest, not for
+        their sum."""
+        asking = [i for i, step in enumerate(steps) if step.scaler is not None]
+        if not asking:
+            return steps
+        answers = await asyncio.gather(*(self._ask_scaler(steps[i], snap) for i in asking))
+        settled = list(steps)
+        for i, step in zip(asking, answers, strict=True):
+            settled[i] = step
+        return settled
 
-    async def _ask_scaler(
-        self, path: str, key: tuple[str, str], policy: scaling.Policy, s: Signals
-    ) -> Decision:
+    async def _ask_scaler(self, step: plan.Step, snap: Snapshot) -> plan.Step:
+        assert step.scaler is not None
         try:
-            answer = await self.scalers.call(path, s, timeout_s=self.call_timeout_s, key=key)
+            reply = await self.scalers.call(
+                step.scaler, step.signals, timeout_s=self.call_timeout_s, key=step.key
+            )
         except scalers.ScalerError as exc:
-            return custom_scaler.scaler_failed(str(exc))
-        return custom_scaler.interpret_scaler_answer(answer, policy, s)
+            return plan.answer(step, snap, None, failure=str(exc))
+        return plan.answer(step, snap, reply)
 
     def _finish_later(self, task: asyncio.Task[Outcome], now: datetime) -> None:
         """A launch or kill still running when its tick ended: its audit row (dated at its
@@ -250,9 +226,8 @@ class Controller:
             except Exception:
                 log.exception("a launch or kill that outlived its tick failed")
                 return
-            log.info(
-                "%s %s: %s", outcome.unit.scope, outcome.decision.action, outcome.decision.reason
-            )
+            step = outcome.step
+            log.info("%s %s: %s", step.unit.scope, step.action, step.decision.reason)
             await self._record([outcome], {}, now)
 
         late = asyncio.create_task(finish())
@@ -263,172 +238,175 @@ class Controller:
 
     async def _prepare(
         self,
-        units: Sequence[Unit],
-        decisions: Sequence[Decision],
+        steps: Sequence[plan.Step],
         outcomes: list[Outcome | None],
         registrations: dict[tuple[str, str], Any],
     ) -> dict[int, Awaitable[Outcome]]:
         """Record this tick's launches and mark its victims retiring; fill in the outcome
         of each that cannot go ahead, and return the provider calls of the others."""
         jobs: dict[int, Awaitable[Outcome]] = {}
-        launching: list[tuple[int, str]] = []
-        for i, (unit, decision) in enumerate(zip(units, decisions, strict=True)):
-            before = signals_json(unit.signals)
-            if decision.action == "scale_up":
-                name = provider_of(unit)
-                if name is None:
-                    failure = scaling.no_provider_reason(unit.launch_from.name)
-                    outcomes[i] = Outcome(unit, scaling.downgrade(decision, failure), before)
-                else:
-                    launching.append((i, name))
-            elif decision.action == "scale_down":
-                victim = fleet.pick_victim(unit.workers)
-                if victim is None:
-                    none_idle = "no idle worker to kill (busy workers are never killed)"
-                    outcomes[i] = Outcome(unit, scaling.downgrade(decision, none_idle), before)
-                    continue
-                detail: dict[str, Any] = {"victim": victim.id}
-                marked = await self.ops.mark_retiring(victim.id)
+        launching: list[int] = []
+        for i, step in enumerate(steps):
+            if step.launch is not None:
+                launching.append(i)
+            elif step.victim is not None:
+                detail: dict[str, Any] = {"victim": step.victim}
+                marked = await self.ops.mark_retiring(step.victim)
                 if isinstance(marked, Retired):
-                    not_idle = f"worker {victim.id} is {marked.status}; not killed"
-                    downgraded = scaling.downgrade(decision, not_idle)
-                    outcomes[i] = Outcome(unit, downgraded, before, detail)
+                    not_idle = f"worker {step.victim} is {marked.status}; not killed"
+                    outcomes[i] = Outcome(step.downgraded(not_idle), step.before(), detail)
                     continue
-                jobs[i] = self._kill(unit, decision, victim.id, marked, registrations)
-        wanted = [
-            LaunchSpec(
-                namespace_id=units[i].namespace_id,
-                namespace=units[i].namespace,
-                scope=units[i].scope,
-                provider_name=name,
-                registration=registrations.get((units[i].namespace_id, name)),
-                template=units[i].launch_from.spec.daemon_template,
-                membership=units[i].membership,
+                jobs[i] = self._kill(step, marked, registrations)
+        wanted = []
+        for i in launching:
+            step, launch = steps[i], steps[i].launch
+            assert launch is not None
+            wanted.append(
+                LaunchSpec(
+                    namespace_id=step.unit.namespace_id,
+                    namespace=step.unit.namespace,
+                    scope=step.unit.scope,
+                    provider_name=launch.provider,
+                    registration=registrations.get((step.unit.namespace_id, launch.provider)),
+                    template=launch.template,
+                    membership=launch.membership,
+                )
             )
-            for i, name in launching
-        ]
-        for (i, name), prepared in zip(launching, await self.ops.prepare(wanted), strict=True):
-            unit, decision = units[i], decisions[i]
+        for i, prepared in zip(launching, await self.ops.prepare(wanted), strict=True):
+            step = steps[i]
+            assert step.launch is not None
             if isinstance(prepared, Launched):
                 assert prepared.failure is not None
-                downgraded = scaling.downgrade(decision, prepared.failure)
-                outcomes[i] = Outcome(
-                    unit, downgraded, signals_json(unit.signals), {"provider": name}
-                )
+                detail = {"provider": step.launch.provider}
+                outcomes[i] = Outcome(step.downgraded(prepared.failure), step.before(), detail)
             else:
-                jobs[i] = self._launch(unit, decision, name, prepared)
+                jobs[i] = self._launch(step, prepared)
         return jobs
 
-    async def _launch(
-        self, unit: Unit, decision: Decision, name: str, prepared: Prepared
-    ) -> Outcome:
-        before = signals_json(unit.signals)
-        detail = {"provider": name, "launch_id": prepared.launch_id}
+    async def _launch(self, step: plan.Step, prepared: Prepared) -> Outcome:
+        assert step.launch is not None
+        before = step.before()
+        detail = {"provider": step.launch.provider, "launch_id": prepared.launch_id}
         try:
             launched = await self.ops.start(prepared)
         except Exception as exc:  # the store failed around the call: this decision only
-            log.exception("launch %s for %s", prepared.launch_id, unit.scope)
+            log.exception("launch %s for %s", prepared.launch_id, step.unit.scope)
             failure = f"launch failed: {type(exc).__name__}: {exc}"
-            return Outcome(unit, scaling.downgrade(decision, failure), before, detail)
+            return Outcome(step.downgraded(failure), before, detail)
         if launched.failure is not None:
-            return Outcome(unit, scaling.downgrade(decision, launched.failure), before, detail)
-        after = {**before, "in_flight": before["in_flight"] + 1}
-        return Outcome(unit, decision, after, detail)
+            return Outcome(step.downgraded(launched.failure), before, detail)
+        return Outcome(step, {**before, "in_flight": before["in_flight"] + 1}, detail)
 
     async def _kill(
         self,
-        unit: Unit,
-        decision: Decision,
-        victim: str,
+        step: plan.Step,
         launch: RowMapping | None,
         registrations: dict[tuple[str, str], Any],
     ) -> Outcome:
-        before = signals_json(unit.signals)
-        detail: dict[str, Any] = {"victim": victim}
+        assert step.victim is not None
+        before = step.before()
+        detail: dict[str, Any] = {"victim": step.victim}
         try:
             retired = await self.ops.finish_retiring(
-                namespace_id=unit.namespace_id,
-                worker_id=victim,
+                namespace_id=step.unit.namespace_id,
+                worker_id=step.victim,
                 launch=launch,
-                reason=decision.reason,
+                reason=step.decision.reason,
                 registrations=registrations,
             )
         except Exception as exc:  # the store failed around the call: this decision only
-            log.exception("retiring %s for %s", victim, unit.scope)
+            log.exception("retiring %s for %s", step.victim, step.unit.scope)
             failure = f"kill failed: {type(exc).__name__}: {exc}"
-            return Outcome(unit, scaling.downgrade(decision, failure), before, detail)
+            return Outcome(step.downgraded(failure), before, detail)
         if retired.failure is not None:
-            return Outcome(unit, scaling.downgrade(decision, retired.failure), before, detail)
-        after = {**before, "daemon_count": before["daemon_count"] - 1}
-        return Outcome(unit, decision, after, detail)
+            return Outcome(step.downgraded(retired.failure), before, detail)
+        return Outcome(step, {**before, "daemon_count": before["daemon_count"] - 1}, detail)
 
     # --- the audit rows and counters ---------------------------------------------------
 
     async def _record(
         self,
         outcomes: Sequence[Outcome],
-        counters: dict[tuple[str, str], Counters],
+        counters: dict[Key, Counters],
         now: datetime,
     ) -> None:
-        """The audit rows of ``outcomes`` and the ``counters`` that changed, together."""
-        rows = []
+        """The audit rows of ``outcomes`` and the ``counters`` that changed, together.
+
+        A no-op identical to the last row this controller wrote for its scope (same
+        reason, rule, hint and signals) is folded into that row (``repeats + 1``,
+        ``last_at``) rather than written again, so a steady fleet leaves one row per
+        queue, not one per tick."""
+        folding: dict[int, Outcome] = {}
+        fresh: list[Outcome] = []
         for outcome in outcomes:
-            unit, decision = outcome.unit, outcome.decision
-            rows.append(
-                {
-                    "namespace_id": unit.namespace_id,
-                    "queue_name": unit.scope,
-                    "action": decision.action,
-                    "reason": decision.reason,
-                    "before": signals_json(unit.signals),
-                    "after": outcome.after,
-                    "signals": {
-                        "rule": decision.rule,
-                        "target": decision.target,
-                        "blocked_by": decision.blocked_by,
-                        "hint": decision.hint,
-                        "counters": {
-                            "above": decision.counters.above,
-                            "below": decision.counters.below,
-                        },
-                        **outcome.detail,
-                    },
-                    "created_at": now,
-                }
-            )
+            last = self._last_rows.get(outcome.step.key)
+            if last is not None and last[1] == outcome.fingerprint():
+                folding[last[0]] = outcome
+            else:
+                fresh.append(outcome)
         async with self.store.write() as conn:
-            await ctl_store.write_events(conn, rows)
+            folded = await ctl_store.fold_events(conn, list(folding), now)
+            fresh += [o for i, o in folding.items() if i not in folded]  # its row moved on
+            ids = await ctl_store.write_events(conn, [o.row(now) for o in fresh])
             await ctl_store.save_counters(conn, counters, now)
+        for outcome, event_id in zip(fresh, ids, strict=True):
+            mark = outcome.fingerprint()
+            if mark is None:
+                self._last_rows.pop(outcome.step.key, None)
+            else:
+                self._last_rows[outcome.step.key] = (event_id, mark)
 
 
-_NUDGED_KINDS: Final = ("fully_elastic", "max_count")  # hysteresis policies are left alone
+@dataclass(frozen=True)
+class Outcome:
+    """A step carried out: the step as it ended (downgraded if it could not act), the
+    signals after it, and what it acted on (provider and launch id, or victim)."""
 
+    step: plan.Step
+    after: dict[str, Any]
+    detail: dict[str, Any] = field(default_factory=dict)
 
-def _at_zero(units: Sequence[Unit], decisions: Sequence[Decision]) -> dict[str, tuple[str, str]]:
-    """The queues of the scopes this tick left at zero, each with its scope: no daemon,
-    nothing in flight, nothing pending, a target policy without a custom scaler, and a
-    no-op decided (a first submit to one of them is planned at once)."""
-    zero: dict[str, tuple[str, str]] = {}
-    for unit, decision in zip(units, decisions, strict=True):
-        s, spec = unit.signals, unit.policy_queue.spec
-        if s is None or decision.action != "tick_noop" or spec.custom_scaler_udf is not None:
-            continue
-        kind = spec.elasticity.kind if spec.elasticity else "fixed"
-        if kind in _NUDGED_KINDS and s.daemon_count == s.in_flight == s.pending == 0:
-            for queue in unit.members:
-                zero[queue.id] = (unit.namespace_id, unit.scope)
-    return zero
+    def to_json(self) -> dict[str, Any]:
+        unit, decision = self.step.unit, self.step.decision
+        return {
+            "namespace": unit.namespace,
+            "queueName": unit.scope,  # the spec's name: a queue's, or "pool:<name>"
+            "scope": unit.scope,  # the same, as earlier servers named it
+            "action": decision.action,
+            "reason": decision.reason,
+            "rule": decision.rule,
+            "before": self.step.before(),
+            "after": self.after,
+            "hint": decision.hint,
+            **self.detail,
+        }
 
+    def fingerprint(self) -> str | None:
+        """What makes two no-ops of one scope the same decision (``None``: not a no-op,
+        never folded)."""
+        if self.step.action != "tick_noop":
+            return None
+        row = self.row(None)
+        del row["created_at"]
+        return json.dumps(row, sort_keys=True, default=str)
 
-def _changed_counters(
-    units: Sequence[Unit],
-    decisions: Sequence[Decision],
-    old: dict[tuple[str, str], Counters],
-) -> dict[tuple[str, str], Counters]:
-    """The counters a tick's decisions change (whatever their launches or kills become)."""
-    changed: dict[tuple[str, str], Counters] = {}
-    for unit, decision in zip(units, decisions, strict=True):
-        key = (unit.namespace_id, unit.scope)
-        if old.get(key, Counters()) != decision.counters:
-            changed[key] = decision.counters
-    return changed
+    def row(self, now: datetime | None) -> dict[str, Any]:
+        """The audit row (``elasticity_events``) of this outcome."""
+        unit, decision = self.step.unit, self.step.decision
+        return {
+            "namespace_id": unit.namespace_id,
+            "queue_name": unit.scope,
+            "action": decision.action,
+            "reason": decision.reason,
+            "before": self.step.before(),
+            "after": self.after,
+            "signals": {
+                "rule": decision.rule,
+                "target": decision.target,
+                "blocked_by": decision.blocked_by,
+                "hint": decision.hint,
+                "counters": {"above": decision.counters.above, "below": decision.counters.below},
+                **self.detail,
+            },
+            "created_at": now,
+        }

@@ -13,7 +13,7 @@ from typing import Any
 
 from lakeshore.domain import fleet, scaling
 from lakeshore.domain.names import is_valid_name
-from lakeshore.domain.queue import Queue
+from lakeshore.elasticity import units
 from lakeshore.errors import InvalidInput, NotFound
 from lakeshore.services import queues as queue_service
 from lakeshore.services import scopes
@@ -41,6 +41,9 @@ def event_json(row: Any) -> dict[str, Any]:
         "hint": detail.pop("hint", None),
         "detail": detail,
         "createdAt": row["created_at"].isoformat(),
+        # consecutive identical no-ops share a row: how many ticks, and the last one's time
+        "repeats": row["repeats"],
+        "lastAt": (row["last_at"] or row["created_at"]).isoformat(),
     }
 
 
@@ -113,35 +116,49 @@ async def pool_events(
 
 
 async def explain(store: Store, ns: Namespace, name: str, now: datetime) -> dict[str, Any]:
-    """The latest decision for the queue (or its pool), its signals, the rule, and what
-    would have to change for it to scale.
+    """The latest decision for the queue (or its pool), its signals, the rule, what
+    would have to change for it to scale, and what the next tick would decide now.
 
-    A queue in an ``elasticity.pool`` does not tick by itself: its pool does, with the
-    policy of the pool's first active member and the provider of the first member that
-    names one. The answer gives those (not the queue's own), the pool's members, and a
-    line for each member whose policy the pool ignores."""
-    queue = await queue_service.get(store, ns, name)
-    stats = await queue_service.stats(store, ns, name, now)
-    scope = scopes.scope_of(queue)
+    Everything but the latest decision comes from the plan's step for the queue's scope
+    (:mod:`.scopes`), the controller's own code. A queue in an ``elasticity.pool`` does
+    not tick by itself: its pool does, with the policy of the pool's first active member
+    and the provider of the first member that names one. The answer gives those (not the
+    queue's own), the pool's members, and a line for each member whose policy the pool
+    ignores."""
+    queue, reading, counts = await queue_service.read_scope(store, ns, name, now)
+    step = reading.step
     pool_name = queue.spec.elasticity.pool if queue.spec.elasticity else None
     async with store.read() as conn:
-        row = await event_store.latest(conn, ns.id, scope)
-        listed = await queue_store.list_queues(conn, ns.id) if pool_name else []
+        row = await event_store.latest(conn, ns.id, reading.scope)
     latest = event_json(row) if row is not None else None
     pool: dict[str, Any] | None = None
-    if pool_name is None:
-        policy = _policy_json(scaling.Policy.from_spec(queue.spec))
-        provider = fleet.provider_name(queue.spec)
-    else:
-        policy, provider, pool = _pool(queue, pool_name, listed)
+    if pool_name is not None:
+        members = [fleet.QueueView.from_queue(q) for q in step.unit.members]
+        pool = {
+            "name": pool_name,
+            "feed": fleet.pool_audit_name(pool_name),
+            "members": reading.members,
+            "policyFrom": step.unit.policy_queue.name,
+            "providerFrom": step.unit.launch_from.name,
+            "disagreements": fleet.pool_disagreements(members),
+        }
+    decision = step.decision
     return {
         "queue": queue.name,
-        "scope": scope,
+        "scope": reading.scope,
         "state": queue.state,
         "pool": pool,
-        "policy": policy,
-        "provider": provider,
-        "now": stats,
+        "policy": _policy_json(step.policy),
+        "provider": units.provider_of(step.unit),
+        "now": queue_service.stats_json(queue, reading, counts),
+        "next": None
+        if step.scaler is not None
+        else {
+            "action": decision.action,
+            "reason": decision.reason,
+            "rule": decision.rule,
+            "hint": decision.hint,
+        },
         "latest": latest,
         "ageSeconds": round((now - row["created_at"]).total_seconds(), 1) if row else None,
         "why": _why(queue.state, latest, pool_name),
@@ -157,36 +174,6 @@ def _policy_json(policy: scaling.Policy) -> dict[str, Any]:
         "threshold_low": policy.low,
         "reservedSlots": policy.reserved_slots,
     }
-
-
-def _pool(
-    queue: Queue, pool_name: str, listed: list[Queue]
-) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
-    """The policy and provider ``pool_name`` ticks with, and what explain says of the pool.
-
-    Members are grouped as the controller groups them: the pool's active queues, ordered
-    by creation then name. A queue that is not active (so not ticking) is shown against
-    the active members; when none is active, against itself."""
-    active = [
-        fleet.QueueView.from_queue(q)
-        for q in listed
-        if q.state == "active" and q.spec.elasticity and q.spec.elasticity.pool == pool_name
-    ]
-    _, pools = fleet.partition(active)
-    members = pools.get(pool_name) or [fleet.QueueView.from_queue(queue)]
-    source = fleet.pool_launch_source(members)
-    return (
-        _policy_json(fleet.pool_policy(members)),
-        fleet.provider_name(source.spec),
-        {
-            "name": pool_name,
-            "feed": fleet.pool_audit_name(pool_name),
-            "members": [m.name for m in members],
-            "policyFrom": members[0].name,
-            "providerFrom": source.name,
-            "disagreements": fleet.pool_disagreements(members),
-        },
-    )
 
 
 def _why(state: str, latest: dict[str, Any] | None, pool: str | None) -> str:

@@ -165,7 +165,23 @@ async def transition(
 
 async def stats(store: Store, ns: Namespace, name: str, now: datetime) -> dict[str, Any]:
     """The signals the controller reads for the queue's scope, as they stand now: read by
-    the controller's own code (:mod:`.scopes`), so they are what the next tick acts on.
+    the controller's own code (:mod:`.scopes`), so they are what the next tick acts on."""
+    queue, reading, counts = await read_scope(store, ns, name, now)
+    return stats_json(queue, reading, counts)
+
+
+async def read_scope(
+    store: Store, ns: Namespace, name: str, now: datetime
+) -> tuple[Queue, scopes.Reading, dict[str, int]]:
+    """The queue, its scope as the plan reads it now, and its invocations by state."""
+    async with store.read() as conn:
+        queue = await _load(conn, ns, name)
+        counts = await queue_store.invocation_counts(conn, queue.id)
+    return queue, await scopes.read(store, ns, queue, now), counts
+
+
+def stats_json(queue: Queue, reading: scopes.Reading, counts: dict[str, int]) -> dict[str, Any]:
+    """``stats``' answer.
 
     Utilization counts the server's own running leases against the fleet's capacity,
     so it is right even when daemons do not report what they run; with no capacity it
@@ -173,19 +189,15 @@ async def stats(store: Store, ns: Namespace, name: str, now: datetime) -> dict[s
     the pool's and ``member`` holds the queue's own counts; ``byState`` is always the
     queue's own.
     """
-    async with store.read() as conn:
-        queue = await _load(conn, ns, name)
-        counts = await queue_store.invocation_counts(conn, queue.id)
-    reading = await scopes.read(store, ns, queue, now)
-    s, scope = reading.signals, reading.tally
+    s = reading.signals
     answer: dict[str, Any] = {
-        "queue": name,
+        "queue": queue.name,
         "state": queue.state,
         "scope": reading.scope,
         "pending": s.pending,
-        "running": scope.running,
+        "running": s.running,
         "daemonCount": s.daemon_count,
-        "capacity": scope.capacity,
+        "capacity": s.capacity,
         "utilization": round(s.utilization, 4),
         "inFlight": s.in_flight,
         "counters": {

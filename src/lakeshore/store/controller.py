@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.queue import Queue
 from lakeshore.domain.scaling import Counters
+from lakeshore.elasticity.snapshot import Snapshot
+from lakeshore.store import launches as launch_rows
 from lakeshore.store.rows import queue_from_row
 from lakeshore.store.tables import (
     controller_state,
@@ -39,21 +40,31 @@ W = workers.c
 PART_ROWS = 2_000  # rows decoded between two turns of the event loop
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    queues: list[tuple[str, Queue]]  # (namespace name, queue)
-    pending: dict[str, int]  # queue id → pending
-    running: dict[str, int]  # queue id → running leases
-    workers: dict[str, list[WorkerView]]  # queue id → subscribed workers
-    capacity: dict[str, int]  # worker id → max invocations
-    counters: dict[tuple[str, str], Counters]  # (namespace id, scope) → counters
+class QueueCache:
+    """Parsed queues by id, each with the ``revision`` it was parsed at.
+
+    A steady tick reads every active queue's id and revision (which every write of its
+    spec or state moves), and parses only those whose revision moved: the rows of
+    10,000 unchanged queues are neither fetched whole nor validated again."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, tuple[int, Queue]] = {}
+
+
+TICK_ORDER = (queues.c.namespace_id, queues.c.created_at, queues.c.name)
+WHOLE_READ = 500  # more changed queues than this: one read of them all, not a list of ids
 
 
 async def active_queues(
-    conn: AsyncConnection, node_id: str | None, *, unpinned: bool = True
+    conn: AsyncConnection,
+    node_id: str | None,
+    *,
+    unpinned: bool = True,
+    cache: QueueCache | None = None,
 ) -> list[tuple[str, Queue]]:
     """Active queues this server ticks: unpinned ones (when ``unpinned``), and those pinned
-    to ``node_id`` (when given)."""
+    to ``node_id`` (when given). With a ``cache``, only queues changed since it was filled
+    are read whole (in one more query); the cache then holds exactly these queues."""
     ticked: list[ColumnElement[bool]] = []
     if unpinned:
         ticked.append(queues.c.server_node_id.is_(None))
@@ -61,15 +72,61 @@ async def active_queues(
         ticked.append(queues.c.server_node_id == node_id)
     if not ticked:
         return []
-    query = (
+    where = (queues.c.state == "active", or_(*ticked))
+    if cache is not None:
+        return await _through_cache(conn, where, cache)
+    whole = (
         select(queues, namespaces.c.name.label("namespace_name"))
         .join(namespaces, namespaces.c.id == queues.c.namespace_id)
-        .where(queues.c.state == "active", or_(*ticked))
-        .order_by(queues.c.namespace_id, queues.c.created_at, queues.c.name)
+        .where(*where)
+        .order_by(*TICK_ORDER)
     )
     found: list[tuple[str, Queue]] = []
-    async for rows in _in_parts(conn, query):
+    async for rows in _in_parts(conn, whole):
         found += [(row["namespace_name"], queue_from_row(row)) for row in rows]
+    return found
+
+
+async def _through_cache(
+    conn: AsyncConnection, where: tuple[ColumnElement[bool], ...], cache: QueueCache
+) -> list[tuple[str, Queue]]:
+    light = (
+        select(
+            queues.c.id,
+            queues.c.revision,
+            namespaces.c.name.label("namespace_name"),
+        )
+        .join(namespaces, namespaces.c.id == queues.c.namespace_id)
+        .where(*where)
+        .order_by(*TICK_ORDER)
+    )
+    listed: list[tuple[str, str, int]] = []
+    async for rows in _in_parts(conn, light):
+        listed += [(r["id"], r["namespace_name"], r["revision"]) for r in rows]
+    old = cache.by_id
+    changed = {qid for qid, _, version in listed if qid not in old or old[qid][0] != version}
+    fresh: dict[str, tuple[int, Queue]] = {}
+    if changed:
+        query = select(queues).where(*where)
+        if len(changed) <= WHOLE_READ:
+            query = query.where(queues.c.id.in_(sorted(changed)))
+        async for rows in _in_parts(conn, query):
+            fresh.update(
+                (r["id"], (r["revision"], queue_from_row(r))) for r in rows if r["id"] in changed
+            )
+    by_id: dict[str, tuple[int, Queue]] = {}
+    found = []
+    for qid, ns_name, _ in listed:
+        if qid in fresh:
+            by_id[qid] = fresh[qid]
+            queue = fresh[qid][1]
+        elif qid not in changed:
+            by_id[qid] = old[qid]
+            queue = old[qid][1]
+        else:  # changed again between the two reads (paused, say): the next tick sees it
+            continue
+        found.append((ns_name, queue))
+    cache.by_id = by_id
     return found
 
 
@@ -156,21 +213,32 @@ async def load_counters(
 
 
 async def snapshot(
-    conn: AsyncConnection, node_id: str | None, *, unpinned: bool = True
+    conn: AsyncConnection,
+    node_id: str | None,
+    *,
+    now: datetime,
+    unpinned: bool = True,
+    cache: QueueCache | None = None,
 ) -> Snapshot:
+    """Everything a tick plans from, in a fixed number of queries."""
     by_queue, capacity = await _workers(conn)
     return Snapshot(
-        queues=await active_queues(conn, node_id, unpinned=unpinned),
+        queues=await active_queues(conn, node_id, unpinned=unpinned, cache=cache),
         pending=await _counts(conn, "pending"),
         running=await _counts(conn, "running"),
         workers=by_queue,
         capacity=capacity,
         counters=await load_counters(conn),
+        in_flight=await launch_rows.in_flight_by_scope(conn, None, now),
     )
 
 
 async def snapshot_of(
-    conn: AsyncConnection, namespace_id: str, queues: Sequence[tuple[str, Queue]]
+    conn: AsyncConnection,
+    namespace_id: str,
+    queues: Sequence[tuple[str, Queue]],
+    scope: str,
+    now: datetime,
 ) -> Snapshot:
     """What :func:`snapshot` reads, for ``queues`` of one namespace only (one queue, or a
     pool's members): the same reads, so ``stats`` and ``explain`` see what a tick sees."""
@@ -183,6 +251,7 @@ async def snapshot_of(
         workers=by_queue,
         capacity=capacity,
         counters=await load_counters(conn, namespace_id),
+        in_flight=await launch_rows.in_flight_by_scope(conn, [(namespace_id, scope)], now),
     )
 
 
@@ -229,16 +298,54 @@ async def reset_counters(conn: AsyncConnection, namespace_id: str, scopes: Seque
     )
 
 
-async def write_events(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
-    if rows:
-        await conn.execute(insert(elasticity_events), list(rows))
+async def write_events(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> list[int]:
+    """Insert audit rows; their ids, in order."""
+    if not rows:
+        return []
+    e = elasticity_events.c
+    query = insert(elasticity_events).returning(e.id, sort_by_parameter_order=True)
+    return [int(i) for i in (await conn.execute(query, list(rows))).scalars()]
+
+
+FOLD_PART = 20_000  # event ids per folding statement (PostgreSQL binds at most 65,535)
+
+
+async def fold_events(conn: AsyncConnection, ids: Sequence[int], now: datetime) -> set[int]:
+    """One more tick for each of the no-op rows ``ids`` (``repeats + 1``, ``last_at``):
+    only rows still the latest of their scope are folded into (a row another writer
+    followed, or one pruned, is not). The ids folded into."""
+    if not ids:
+        return set()
+    e = elasticity_events.c
+    later = elasticity_events.alias("later")
+    newer = (
+        select(later.c.id)
+        .where(
+            later.c.namespace_id == e.namespace_id,
+            later.c.queue_name == e.queue_name,
+            later.c.id > e.id,
+        )
+        .exists()
+    )
+    folded: set[int] = set()
+    for start in range(0, len(ids), FOLD_PART):
+        part = list(ids[start : start + FOLD_PART])
+        query = (
+            update(elasticity_events)
+            .where(e.id.in_(part), e.action == "tick_noop", ~newer)
+            .values(repeats=e.repeats + 1, last_at=now)
+            .returning(e.id)
+        )
+        folded.update(int(i) for i in (await conn.execute(query)).scalars())
+    return folded
 
 
 async def prune_noops(conn: AsyncConnection, before: datetime) -> int:
-    """Delete no-op events older than ``before`` (decisions that acted are kept)."""
+    """Delete no-op events last decided before ``before`` (decisions that acted are kept)."""
     e = elasticity_events.c
+    last = func.coalesce(e.last_at, e.created_at)
     done = await conn.execute(
-        delete(elasticity_events).where(e.action == "tick_noop", e.created_at < before)
+        delete(elasticity_events).where(e.action == "tick_noop", last < before)
     )
     return int(done.rowcount)
 

@@ -124,20 +124,23 @@ async def expire(conn: AsyncConnection, now: datetime) -> list[RowMapping]:
 
 
 async def in_flight_by_scope(
-    conn: AsyncConnection, scopes: Iterable[tuple[str, str]], now: datetime
+    conn: AsyncConnection, scopes: Iterable[tuple[str, str]] | None, now: datetime
 ) -> dict[tuple[str, str], int]:
-    """In-flight launches per (namespace id, scope), in one query."""
-    keys = sorted(set(scopes))
-    if not keys:
+    """Unexpired in-flight launches per (namespace id, scope), in one query: of
+    ``scopes`` (each present, 0 when none), or of every scope that has some (``None``)."""
+    keys = None if scopes is None else sorted(set(scopes))
+    if keys == []:
         return {}
     query = (
         select(L.namespace_id, L.scope, func.count())
         .where(L.state == "in_flight", L.expires_at > now)
         .group_by(L.namespace_id, L.scope)
     )
-    if len(keys) <= 500:
+    if keys is not None and len(keys) <= 500:
         query = query.where(tuple_(L.namespace_id, L.scope).in_(keys))
     counts = {(ns, scope): int(n) for ns, scope, n in (await conn.execute(query)).all()}
+    if keys is None:
+        return counts
     return {key: counts.get(key, 0) for key in keys}
 
 

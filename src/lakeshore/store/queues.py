@@ -68,7 +68,9 @@ async def list_queues(
 
 async def update_spec(conn: AsyncConnection, queue: Queue, spec: QueueSpec, now: datetime) -> Queue:
     await conn.execute(
-        update(queues).where(queues.c.id == queue.id).values(updated_at=now, **queue_columns(spec))
+        update(queues)
+        .where(queues.c.id == queue.id)
+        .values(updated_at=now, revision=queues.c.revision + 1, **queue_columns(spec))
     )
     return queue.model_copy(update={"spec": spec, "updated_at": now})
 
@@ -77,7 +79,9 @@ async def update_state(
     conn: AsyncConnection, queue: Queue, state: QueueState, now: datetime
 ) -> Queue:
     await conn.execute(
-        update(queues).where(queues.c.id == queue.id).values(state=state, updated_at=now)
+        update(queues)
+        .where(queues.c.id == queue.id)
+        .values(state=state, updated_at=now, revision=queues.c.revision + 1)
     )
     return queue.model_copy(update={"state": state, "updated_at": now})
 

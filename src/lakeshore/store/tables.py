@@ -82,6 +82,9 @@ queues = Table(
     Column("server_node_id", String(128), nullable=True),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
+    # counts the row's writes (spec and state): the controller re-reads a queue only
+    # when it moved (0004)
+    Column("revision", Integer, nullable=False, server_default="0"),
     UniqueConstraint("namespace_id", "name"),
     Index(None, "state", "pool"),  # the controller's sweep of active queues
 )
@@ -222,6 +225,10 @@ elasticity_events = Table(
     Column("after", Json, nullable=False),
     Column("signals", Json, nullable=True),
     Column("created_at", UTCDateTime(), nullable=False),
+    # consecutive identical no-ops of one scope share a row: how many ticks decided it,
+    # and when the last one did (NULL: only the first, at created_at) (0004)
+    Column("repeats", Integer, nullable=False, server_default="1"),
+    Column("last_at", UTCDateTime(), nullable=True),
     # the feed: newest first, per queue or pool, optionally without noops
     Index(None, "namespace_id", "queue_name", "id"),
     Index(

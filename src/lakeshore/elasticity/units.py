@@ -1,4 +1,4 @@
-"""What the controller ticks: a standalone queue or a pool, with its signals.
+"""What the controller ticks: a standalone queue or a pool, and the counts of each.
 
 Active queues are grouped per namespace: standalone queues first (in creation order),
 then pools (by name), each pool ticking as one unit whose pending is summed over its
@@ -8,16 +8,16 @@ whose launches join every member queue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from lakeshore.domain import fleet, signals
 from lakeshore.domain.queue import Queue
-from lakeshore.domain.scaling import Decision, Signals
-from lakeshore.store import controller as ctl_store
+from lakeshore.domain.scaling import Signals
+from lakeshore.elasticity.snapshot import Key, Snapshot
 
 
-@dataclass
+@dataclass(frozen=True)
 class Unit:
     """One thing that ticks: a standalone queue, or a pool of queues."""
 
@@ -27,48 +27,18 @@ class Unit:
     members: list[Queue]
     launch_from: Queue  # whose provider and daemon template a launch uses
     membership: list[str]
-    workers: list[fleet.WorkerView] = field(default_factory=list)
-    signals: Signals | None = None
 
     @property
     def policy_queue(self) -> Queue:
+        """The queue whose policy the unit follows (a pool's first member)."""
         return self.members[0]
 
-
-@dataclass
-class Outcome:
-    unit: Unit
-    decision: Decision
-    after: dict[str, Any]
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "namespace": self.unit.namespace,
-            "queueName": self.unit.scope,  # the spec's name: a queue's, or "pool:<name>"
-            "scope": self.unit.scope,  # the same, as earlier servers named it
-            "action": self.decision.action,
-            "reason": self.decision.reason,
-            "rule": self.decision.rule,
-            "before": signals_json(self.unit.signals),
-            "after": self.after,
-            "hint": self.decision.hint,
-            **self.detail,
-        }
+    @property
+    def key(self) -> Key:
+        return (self.namespace_id, self.scope)
 
 
-def signals_json(s: Signals | None) -> dict[str, Any]:
-    if s is None:
-        return {}
-    return {
-        "daemon_count": s.daemon_count,
-        "utilization": round(s.utilization, 4),
-        "pending": s.pending,
-        "in_flight": s.in_flight,
-    }
-
-
-def units_of(snapshot: ctl_store.Snapshot) -> list[Unit]:
+def units_of(snapshot: Snapshot) -> list[Unit]:
     """Standalone queues first, then pools (per namespace, pools by name)."""
     by_ns: dict[str, list[Queue]] = {}
     names: dict[str, str] = {}
@@ -124,7 +94,16 @@ class Tally:
         )
 
 
-def tally(members: list[Queue], snapshot: ctl_store.Snapshot) -> Tally:
+def tally(members: Sequence[Queue], snapshot: Snapshot) -> Tally:
+    if len(members) == 1:  # a lone queue: its workers are distinct already
+        queue = members[0]
+        workers = list(snapshot.workers.get(queue.id, ()))
+        return Tally(
+            workers=workers,
+            pending=snapshot.pending.get(queue.id, 0),
+            running=snapshot.running.get(queue.id, 0),
+            capacity=sum(snapshot.capacity.get(w.id, 0) for w in workers),
+        )
     seen: dict[str, fleet.WorkerView] = {}
     for queue in members:
         for worker in snapshot.workers.get(queue.id, ()):
@@ -135,13 +114,6 @@ def tally(members: list[Queue], snapshot: ctl_store.Snapshot) -> Tally:
         running=sum(snapshot.running.get(q.id, 0) for q in members),
         capacity=sum(snapshot.capacity.get(w, 0) for w in seen),
     )
-
-
-def gather_signals(unit: Unit, snapshot: ctl_store.Snapshot, in_flight: int) -> Signals:
-    """Pending summed over members, workers de-duplicated, utilization from running leases."""
-    counted = tally(unit.members, snapshot)
-    unit.workers = counted.workers
-    return counted.signals(in_flight)
 
 
 def provider_of(unit: Unit) -> str | None:

@@ -1,0 +1,156 @@
+"""The plan: one step per queue or pool, from a snapshot, with no I/O.
+
+``plan(snapshot, now)`` is where every elasticity answer is made — the controller's
+tick carries its steps out, ``stats`` and ``explain`` show one scope's step, and the
+simulator runs it on a virtual clock. A step holds the signals the rules read, the
+policy, the decision (with its reason, rule and hint), and what carrying it out takes:
+the victim of a scale-down, the launch of a scale-up, or the downgrade to a no-op the
+plan already knows of (no provider to launch through, no idle worker to kill).
+
+A queue with a custom scaler is the one case the plan cannot finish alone: its step
+comes back with :attr:`Step.scaler` set, and the caller (which may do I/O) asks the
+scaler and hands the answer to :func:`answer`, which settles the step by the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Final
+
+from lakeshore.domain import custom_scaler, fleet, scaling
+from lakeshore.domain.queue import DaemonTemplate
+from lakeshore.domain.scaling import Counters, Decision, Policy, Signals
+from lakeshore.elasticity.snapshot import Key, Snapshot
+from lakeshore.elasticity.units import Unit, provider_of, tally, units_of
+
+NO_IDLE_WORKER: Final = "no idle worker to kill (busy workers are never killed)"
+AWAITING_SCALER: Final = "custom_scaler.awaiting"
+NUDGED_KINDS: Final = ("fully_elastic", "max_count")  # hysteresis policies are left alone
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A daemon to launch: through which provider, from which template, joining which
+    queues."""
+
+    provider: str
+    template: DaemonTemplate | None
+    membership: list[str]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One queue's or pool's part of a plan."""
+
+    unit: Unit
+    signals: Signals
+    policy: Policy
+    decision: Decision
+    counters: Counters  # the counters this step found (``decision.counters`` are next)
+    victim: str | None = None  # the worker a scale-down kills
+    launch: Launch | None = None  # the daemon a scale-up launches
+    scaler: str | None = None  # a custom scaler's path, while its answer is awaited
+
+    @property
+    def key(self) -> Key:
+        return self.unit.key
+
+    @property
+    def action(self) -> str:
+        return self.decision.action
+
+    def before(self) -> dict[str, Any]:
+        return signals_json(self.signals)
+
+    def downgraded(self, failure: str) -> Step:
+        """This step as a no-op, ``failure`` appended to its reason (nothing to carry out)."""
+        return replace(
+            self, decision=scaling.downgrade(self.decision, failure), victim=None, launch=None
+        )
+
+
+def plan(snapshot: Snapshot, now: datetime, *, only: Collection[Key] | None = None) -> list[Step]:
+    """One step per active queue or pool of ``snapshot`` (only the scopes in ``only``,
+    when given), in tick order: standalone queues, then pools, per namespace.
+
+    ``now`` is the instant the snapshot was read; the rules of today read no clock, but
+    the plan is dated by it, as the tick that carries it out is."""
+    del now  # the rules are clock-free; the parameter dates the plan for its callers
+    steps = []
+    for unit in units_of(snapshot):
+        if only is not None and unit.key not in only:
+            continue
+        steps.append(step_of(unit, snapshot))
+    return steps
+
+
+def step_of(unit: Unit, snapshot: Snapshot) -> Step:
+    counted = tally(unit.members, snapshot)
+    s = counted.signals(snapshot.in_flight.get(unit.key, 0))
+    spec = unit.policy_queue.spec
+    policy = scaling.Policy.from_spec(spec)
+    kept = snapshot.counters.get(unit.key, Counters())
+    if spec.custom_scaler_udf is not None:
+        waiting = Decision("tick_noop", "custom scaler not asked yet", Counters(), AWAITING_SCALER)
+        return Step(unit, s, policy, waiting, kept, scaler=spec.custom_scaler_udf)
+    return _settle(Step(unit, s, policy, scaling.decide(policy, s, kept), kept), counted.workers)
+
+
+def answer(step: Step, snapshot: Snapshot, reply: object, *, failure: str | None = None) -> Step:
+    """Settle a step that waited on its custom scaler: ``reply`` is what the scaler
+    returned, ``failure`` what went wrong when it raised or did not answer in time."""
+    if failure is not None:
+        decision = custom_scaler.scaler_failed(failure)
+    else:
+        decision = custom_scaler.interpret_scaler_answer(reply, step.policy, step.signals)
+    settled = replace(step, decision=decision, scaler=None)
+    return _settle(settled, tally(step.unit.members, snapshot).workers)
+
+
+def _settle(step: Step, workers: Sequence[fleet.WorkerView]) -> Step:
+    """What carrying out the decision takes: a launch's provider, a kill's victim — or,
+    when there is none, the decision downgraded to a no-op saying why."""
+    unit = step.unit
+    if step.action == "scale_up":
+        name = provider_of(unit)
+        if name is None:
+            return step.downgraded(scaling.no_provider_reason(unit.launch_from.name))
+        body = Launch(name, unit.launch_from.spec.daemon_template, unit.membership)
+        return replace(step, launch=body)
+    if step.action == "scale_down":
+        victim = fleet.pick_victim(workers)
+        if victim is None:
+            return step.downgraded(NO_IDLE_WORKER)
+        return replace(step, victim=victim.id)
+    return step
+
+
+def signals_json(s: Signals) -> dict[str, Any]:
+    return {
+        "daemon_count": s.daemon_count,
+        "utilization": round(s.utilization, 4),
+        "pending": s.pending,
+        "in_flight": s.in_flight,
+    }
+
+
+def changed_counters(steps: Sequence[Step]) -> dict[Key, Counters]:
+    """The counters a plan's decisions change (whatever their launches or kills become)."""
+    return {s.key: s.decision.counters for s in steps if s.counters != s.decision.counters}
+
+
+def at_zero(steps: Sequence[Step]) -> dict[str, Key]:
+    """The queues of the scopes a plan leaves at zero, each with its scope: no daemon,
+    nothing in flight, nothing pending, a target policy without a custom scaler, and a
+    no-op decided (a first submit to one of them is planned at once)."""
+    zero: dict[str, Key] = {}
+    for step in steps:
+        s, spec = step.signals, step.unit.policy_queue.spec
+        if step.action != "tick_noop" or spec.custom_scaler_udf is not None:
+            continue
+        if step.policy.kind in NUDGED_KINDS and s.daemon_count == s.in_flight == s.pending == 0:
+            for queue in step.unit.members:
+                zero[queue.id] = step.key
+    return zero

@@ -1,0 +1,22 @@
+"""What a plan is computed from: one consistent read of the queues and their fleets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lakeshore.domain.fleet import WorkerView
+from lakeshore.domain.queue import Queue
+from lakeshore.domain.scaling import Counters
+
+Key = tuple[str, str]  # (namespace id, scope): a queue's name, or "pool:<name>"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    queues: list[tuple[str, Queue]]  # (namespace name, queue), active ones, in tick order
+    pending: dict[str, int]  # queue id → pending
+    running: dict[str, int]  # queue id → running leases
+    workers: dict[str, list[WorkerView]]  # queue id → subscribed workers (not retiring)
+    capacity: dict[str, int]  # worker id → max invocations
+    counters: dict[Key, Counters]  # (namespace id, scope) → hysteresis counters
+    in_flight: dict[Key, int] = field(default_factory=dict)  # unexpired launches per scope
