@@ -322,7 +322,12 @@ async def make_launching(
         await conn.execute(
             update(queues)
             .where(queues.c.namespace_id == ns_id)
-            .values(provider_ref="fake", elasticity=columns["elasticity"], updated_at=now)
+            .values(
+                provider_ref="fake",
+                elasticity=columns["elasticity"],
+                updated_at=now,
+                revision=queues.c.revision + 1,  # as every write of a queue row does
+            )
         )
     extra = LAUNCH_PENDING - pending
     rows = [invocation_row(ns_id, qid, name, now) for qid, name in ids for _ in range(extra)]
@@ -342,7 +347,9 @@ async def make_steady(store: Store, ns_id: str, now: datetime) -> None:
         await conn.execute(
             update(queues)
             .where(queues.c.namespace_id == ns_id)
-            .values(elasticity=columns["elasticity"], updated_at=now)
+            .values(
+                elasticity=columns["elasticity"], updated_at=now, revision=queues.c.revision + 1
+            )
         )
 
 

@@ -14,7 +14,7 @@ scaler and hands the answer to :func:`answer`, which settles the step by the sam
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
@@ -71,31 +71,63 @@ class Step:
         )
 
 
-def plan(snapshot: Snapshot, now: datetime, *, only: Collection[Key] | None = None) -> list[Step]:
+def plan(
+    snapshot: Snapshot,
+    now: datetime,
+    *,
+    only: Collection[Key] | None = None,
+    previous: Mapping[Key, Step] | None = None,
+) -> list[Step]:
     """One step per active queue or pool of ``snapshot`` (only the scopes in ``only``,
     when given), in tick order: standalone queues, then pools, per namespace.
 
     ``now`` is the instant the snapshot was read; the rules of today read no clock, but
-    the plan is dated by it, as the tick that carries it out is."""
+    the plan is dated by it, as the tick that carries it out is. ``previous`` (the last
+    plan's steps, by scope) lets a scope whose queues, signals and counters are all as
+    they were keep its decision rather than compute it again: the rules are a function
+    of those alone, so the answer is the same."""
     del now  # the rules are clock-free; the parameter dates the plan for its callers
     steps = []
     for unit in units_of(snapshot):
         if only is not None and unit.key not in only:
             continue
-        steps.append(step_of(unit, snapshot))
+        steps.append(step_of(unit, snapshot, (previous or {}).get(unit.key)))
     return steps
 
 
-def step_of(unit: Unit, snapshot: Snapshot) -> Step:
+def step_of(unit: Unit, snapshot: Snapshot, previous: Step | None = None) -> Step:
     counted = tally(unit.members, snapshot)
     s = counted.signals(snapshot.in_flight.get(unit.key, 0))
+    kept = snapshot.counters.get(unit.key, Counters())
+    if previous is not None and _same_inputs(previous, unit, s, kept):
+        return replace(previous, unit=unit)
     spec = unit.policy_queue.spec
     policy = scaling.Policy.from_spec(spec)
-    kept = snapshot.counters.get(unit.key, Counters())
     if spec.custom_scaler_udf is not None:
         waiting = Decision("tick_noop", "custom scaler not asked yet", Counters(), AWAITING_SCALER)
         return Step(unit, s, policy, waiting, kept, scaler=spec.custom_scaler_udf)
     return _settle(Step(unit, s, policy, scaling.decide(policy, s, kept), kept), counted.workers)
+
+
+def _same_inputs(previous: Step, unit: Unit, s: Signals, counters: Counters) -> bool:
+    """Whether a scope's last step was decided from what it reads now: the same parsed
+    queues (a cached queue is the same object until its revision moves), signals and
+    counters, and no custom scaler (whose answer may change whatever it reads). Only a
+    no-op rule is kept: a scale rule's step depends on more (the workers a victim is
+    picked from), so it is decided again."""
+    before = previous.unit
+    rule = previous.decision.rule
+    return (
+        previous.scaler is None
+        and not rule.endswith(("scale_up", "scale_down", "below_min", "headroom"))
+        and previous.decision.rule != AWAITING_SCALER
+        and before.launch_from is unit.launch_from
+        and len(before.members) == len(unit.members)
+        and all(a is b for a, b in zip(before.members, unit.members, strict=True))
+        and unit.policy_queue.spec.custom_scaler_udf is None
+        and previous.signals == s
+        and previous.counters == counters
+    )
 
 
 def answer(step: Step, snapshot: Snapshot, reply: object, *, failure: str | None = None) -> Step:

@@ -14,7 +14,7 @@ so the next tick neither launches twice nor picks the same victim).
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,7 +79,8 @@ class Controller:
         self._pruned_at: datetime | None = None
         self._queues = ctl_store.QueueCache()  # parsed queues, kept while unchanged
         # scope → (id, fingerprint) of the last no-op row written for it, to fold into
-        self._last_rows: dict[Key, tuple[int, str]] = {}
+        self._last_rows: dict[Key, tuple[int, tuple[Any, ...]]] = {}
+        self._previous: dict[Key, plan.Step] = {}  # the last plan's steps, by scope
         self._late: set[asyncio.Task[Any]] = set()  # launches and kills past their tick
 
     async def tick(
@@ -97,7 +98,8 @@ class Controller:
         """
         led = led or Led(unpinned=True, pinned=True)
         async with self._lock:
-            return [outcome.to_json() for outcome in await self._tick(led, budget_s)]
+            outcomes = await self._tick(led, budget_s)
+            return await asyncio.to_thread(_as_json, outcomes)  # 10,000 dicts: off the loop
 
     async def nudge(
         self, scopes: set[tuple[str, str]], led: Led, *, budget_s: float | None = None
@@ -107,7 +109,7 @@ class Controller:
         a scope the last tick left at zero, so scale-from-zero does not wait for the next
         tick; each such scope is nudged at most once until the next full tick."""
         async with self._lock:
-            return [o.to_json() for o in await self._tick(led, budget_s, only=scopes)]
+            return _as_json(await self._tick(led, budget_s, only=scopes))
 
     async def close(self) -> None:
         """Stop waiting for launches and kills still running from earlier ticks."""
@@ -134,15 +136,13 @@ class Controller:
             )
         # the plan is pure and CPU-bound: computed in a thread, the API's event loop
         # serves requests while it runs
-        steps = await asyncio.to_thread(plan.plan, snap, now, only=only)
+        steps = await asyncio.to_thread(plan.plan, snap, now, only=only, previous=self._previous)
         steps = await self._ask_scalers(steps, snap)
         async with self.store.read() as conn:
             wanted = {(s.unit.namespace_id, s.launch.provider) for s in steps if s.launch}
             wanted |= {(launch["namespace_id"], launch["provider_name"]) for launch in expired}
             registrations = await ctl_store.registrations(conn, wanted)
-        outcomes: list[Outcome | None] = [
-            None if s.launch or s.victim else Outcome(s, s.before()) for s in steps
-        ]
+        outcomes = await asyncio.to_thread(_noop_outcomes, steps)
         # a launch or a kill: first what the store must know before this tick ends (the
         # launch in flight, the victim retiring), then the provider calls, as tasks
         jobs = await self._prepare(steps, outcomes, registrations)
@@ -176,9 +176,11 @@ class Controller:
         final = [outcome for outcome in outcomes if outcome is not None]
         await self._record(final, plan.changed_counters(steps), now)
         if only is None:  # a nudge leaves its scopes out of at_zero until the next full tick
-            self.at_zero = plan.at_zero(steps)
-            ticked = {step.key for step in steps}
-            self._last_rows = {k: v for k, v in self._last_rows.items() if k in ticked}
+            self.at_zero = await asyncio.to_thread(plan.at_zero, steps)
+            self._previous = {step.key: step for step in steps}
+            self._last_rows = {k: v for k, v in self._last_rows.items() if k in self._previous}
+        else:
+            self._previous.update((step.key, step) for step in steps)
             await self._prune(now)
         return final
 
@@ -336,25 +338,42 @@ class Controller:
         reason, rule, hint and signals) is folded into that row (``repeats + 1``,
         ``last_at``) rather than written again, so a steady fleet leaves one row per
         queue, not one per tick."""
-        folding: dict[int, Outcome] = {}
-        fresh: list[Outcome] = []
-        for outcome in outcomes:
-            last = self._last_rows.get(outcome.step.key)
-            if last is not None and last[1] == outcome.fingerprint():
-                folding[last[0]] = outcome
-            else:
-                fresh.append(outcome)
+        folding, fresh = await asyncio.to_thread(self._fold_or_write, outcomes)
         async with self.store.write() as conn:
             folded = await ctl_store.fold_events(conn, list(folding), now)
             fresh += [o for i, o in folding.items() if i not in folded]  # its row moved on
             ids = await ctl_store.write_events(conn, [o.row(now) for o in fresh])
             await ctl_store.save_counters(conn, counters, now)
         for outcome, event_id in zip(fresh, ids, strict=True):
-            mark = outcome.fingerprint()
+            mark = outcome.mark
             if mark is None:
                 self._last_rows.pop(outcome.step.key, None)
             else:
                 self._last_rows[outcome.step.key] = (event_id, mark)
+
+    def _fold_or_write(
+        self, outcomes: Sequence[Outcome]
+    ) -> tuple[dict[int, Outcome], list[Outcome]]:
+        """The outcomes to fold into the row last written for their scope (by its id),
+        and those that need a row of their own."""
+        folding: dict[int, Outcome] = {}
+        fresh: list[Outcome] = []
+        for outcome in outcomes:
+            last = self._last_rows.get(outcome.step.key)
+            if last is not None and last[1] == outcome.mark:
+                folding[last[0]] = outcome
+            else:
+                fresh.append(outcome)
+        return folding, fresh
+
+
+def _noop_outcomes(steps: Sequence[plan.Step]) -> list[Outcome | None]:
+    """The outcome of each step with nothing to carry out (``None`` for the others)."""
+    return [None if s.launch or s.victim else Outcome(s, s.before()) for s in steps]
+
+
+def _as_json(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    return [outcome.to_json() for outcome in outcomes]
 
 
 @dataclass(frozen=True)
@@ -381,16 +400,26 @@ class Outcome:
             **self.detail,
         }
 
-    def fingerprint(self) -> str | None:
+    @functools.cached_property
+    def mark(self) -> tuple[Any, ...] | None:
         """What makes two no-ops of one scope the same decision (``None``: not a no-op,
-        never folded)."""
+        never folded): everything its audit row says but the time."""
         if self.step.action != "tick_noop":
             return None
-        row = self.row(None)
-        del row["created_at"]
-        return json.dumps(row, sort_keys=True, default=str)
+        d, s = self.step.decision, self.step.signals
+        return (
+            d.reason,
+            d.rule,
+            d.target,
+            d.blocked_by,
+            d.hint,
+            d.counters,
+            (s.daemon_count, round(s.utilization, 4), s.pending, s.in_flight),
+            repr(sorted(self.after.items())),
+            repr(sorted(self.detail.items())),
+        )
 
-    def row(self, now: datetime | None) -> dict[str, Any]:
+    def row(self, now: datetime) -> dict[str, Any]:
         """The audit row (``elasticity_events``) of this outcome."""
         unit, decision = self.step.unit, self.step.decision
         return {

@@ -8,12 +8,30 @@ in one batch each. No query is issued per queue.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    RowMapping,
+    Select,
+    Text,
+    bindparam,
+    cast,
+    delete,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -164,7 +182,7 @@ async def _workers(
         select(
             worker_queues.c.queue_id,
             W.id,
-            W.tags,
+            cast(W.tags, Text).label("tags"),  # parsed once per distinct list, below
             W.cost_weight,
             W.current_invocations,
             W.last_seen_at,
@@ -182,21 +200,30 @@ async def _workers(
         query = query.where(worker_queues.c.queue_id.in_(queue_ids))
     by_queue: dict[str, list[WorkerView]] = defaultdict(list)
     capacity: dict[str, int] = {}
-    async for rows in _in_parts(conn, query):
-        for row in rows:
-            wid = row["id"]
-            by_queue[row["queue_id"]].append(
-                WorkerView(
-                    id=wid,
-                    tags=tuple(row["tags"] or ()),
-                    cost_weight=row["cost_weight"],
-                    current_invocations=row["current_invocations"],
-                    running=int(row["running"]),
-                    last_seen_at=row["last_seen_at"],
+    result = await conn.stream(query, execution_options={"yield_per": PART_ROWS})
+    try:
+        async for part in result.partitions(PART_ROWS):  # plain tuples: the hot loop
+            for queue_id, wid, tags, weight, current, seen, most, running_n in part:
+                by_queue[queue_id].append(
+                    WorkerView(
+                        id=wid,
+                        tags=_tags(tags),
+                        cost_weight=weight,
+                        current_invocations=current,
+                        running=int(running_n),
+                        last_seen_at=seen,
+                    )
                 )
-            )
-            capacity[wid] = int(row["max_invocations"])
+                capacity[wid] = int(most)
+    finally:
+        await result.close()
     return dict(by_queue), capacity
+
+
+@functools.lru_cache(maxsize=4096)
+def _tags(stored: str | None) -> tuple[str, ...]:
+    """A worker's stored tag list: fleets share a few lists, each parsed once."""
+    return tuple(json.loads(stored) or ()) if stored else ()
 
 
 async def load_counters(
@@ -307,7 +334,16 @@ async def write_events(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) ->
     return [int(i) for i in (await conn.execute(query, list(rows))).scalars()]
 
 
-FOLD_PART = 20_000  # event ids per folding statement (PostgreSQL binds at most 65,535)
+def _id_in(column: ColumnElement[int], ids: Sequence[int], dialect: str) -> ColumnElement[bool]:
+    """``column IN ids`` as one bound value however many ids (a list of 10,000 binds
+    costs more to compile than to run): an array on PostgreSQL, JSON on SQLite."""
+    if dialect == "postgresql":
+        ids_array = bindparam("ids", list(ids), type_=postgresql.ARRAY(BigInteger))
+        return column == func.any(ids_array)
+    listed: Select[tuple[Any]] = select(literal_column("value")).select_from(
+        func.json_each(bindparam("ids", json.dumps(list(ids)), type_=Text))
+    )
+    return column.in_(listed.scalar_subquery())
 
 
 async def fold_events(conn: AsyncConnection, ids: Sequence[int], now: datetime) -> set[int]:
@@ -327,17 +363,13 @@ async def fold_events(conn: AsyncConnection, ids: Sequence[int], now: datetime) 
         )
         .exists()
     )
-    folded: set[int] = set()
-    for start in range(0, len(ids), FOLD_PART):
-        part = list(ids[start : start + FOLD_PART])
-        query = (
-            update(elasticity_events)
-            .where(e.id.in_(part), e.action == "tick_noop", ~newer)
-            .values(repeats=e.repeats + 1, last_at=now)
-            .returning(e.id)
-        )
-        folded.update(int(i) for i in (await conn.execute(query)).scalars())
-    return folded
+    query = (
+        update(elasticity_events)
+        .where(_id_in(e.id, ids, conn.dialect.name), e.action == "tick_noop", ~newer)
+        .values(repeats=e.repeats + 1, last_at=now)
+        .returning(e.id)
+    )
+    return {int(i) for i in (await conn.execute(query)).scalars()}
 
 
 async def prune_noops(conn: AsyncConnection, before: datetime) -> int:

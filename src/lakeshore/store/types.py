@@ -35,6 +35,22 @@ class UTCDateTime(TypeDecorator[datetime]):
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        """On SQLite the stored text is read with ``datetime.fromisoformat`` (C; the
+        generic processor's regular expression costs ~5 µs a value, which a tick reading
+        50,000 workers pays 50,000 times)."""
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+
+        def process(value: Any) -> datetime | None:
+            if value is None:
+                return None
+            if isinstance(value, str):
+                return datetime.fromisoformat(value).replace(tzinfo=UTC)
+            return self.process_result_value(value, dialect)
+
+        return process
+
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
