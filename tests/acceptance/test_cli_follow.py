@@ -122,7 +122,11 @@ def test_follow_prints_every_event_of_a_burst_larger_than_a_page_as_json_lines(
     with following(cli, *args) as lines:
         first = json.loads(lines.next(deadline))
         assert (first["scope"], first["action"]) == (name, "tick_noop")
-        for _ in range(BURST):  # all between two polls (the CLI polls every 2 s)
+        for n in range(BURST):  # all between two polls (the CLI polls every 2 s)
+            # one more pending invocation per tick: each no-op reads new signals, so each
+            # is a row of its own (identical consecutive no-ops fold into one)
+            submitted = http.post(f"{NS}/queues/{name}/invocations", json={"fn": f"m:f{n}"})
+            assert submitted.status_code == 201, submitted.text
             tick(http)
         # the server's own controller may tick meanwhile too; every event counts
         wanted = [e["id"] for e in events_after(http, name, first["id"])]
