@@ -38,6 +38,12 @@ class Unit:
         return (self.namespace_id, self.scope)
 
 
+def scope_of(queue: Queue) -> str:
+    """What the controller ticks this queue as: itself, or its pool."""
+    pool = queue.spec.elasticity.pool if queue.spec.elasticity else None
+    return fleet.pool_audit_name(pool) if pool else queue.name
+
+
 def units_of(snapshot: Snapshot) -> list[Unit]:
     """Standalone queues first, then pools (per namespace, pools by name)."""
     by_ns: dict[str, list[Queue]] = {}

@@ -49,10 +49,7 @@ class Reading:
         return self.step.counters
 
 
-def scope_of(queue: Queue) -> str:
-    """What the controller ticks this queue as: itself, or its pool."""
-    pool = queue.spec.elasticity.pool if queue.spec.elasticity else None
-    return f"pool:{pool}" if pool else queue.name
+scope_of = units.scope_of  # what the controller ticks a queue as: itself, or its pool
 
 
 async def read(store: Store, ns: Namespace, queue: Queue, now: datetime) -> Reading:
