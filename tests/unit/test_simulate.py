@@ -9,7 +9,7 @@ import random
 import pytest
 
 from lakeshore.domain.queue import QueueSpec
-from lakeshore.elasticity.simulate import Fleet, SimulationError, simulate
+from lakeshore.elasticity.simulate import Fleet, Report, SimulationError, simulate
 from lakeshore.elasticity.workload import Arrivals, Dist, WorkloadError, synthetic
 
 
@@ -123,3 +123,19 @@ def test_rates_and_distributions_read_their_units() -> None:
     assert Dist.parse("uniform:1m,2m").mean == 90.0
     with pytest.raises(WorkloadError, match="not a distribution"):
         Dist.parse("normal:3")
+
+
+def test_a_drain_runs_on_until_the_work_submitted_is_done() -> None:
+    spec = QueueSpec.model_validate(
+        {"name": "late", "elasticity": {"kind": "fully_elastic", "min": 0, "max": 2}}
+    )
+    work = [(595.0, 40.0), (596.0, 40.0), (597.0, 40.0)]  # just before the end
+
+    def run(drain: bool) -> Report:
+        fleet = Fleet(boot=Dist.parse("fixed:30"))
+        return simulate(spec, work, fleet, duration_s=600, rng=random.Random(1), drain=drain)
+
+    cut, drained = run(False), run(True)
+    assert (cut.served, cut.unfinished, cut.ended_s) == (0, 3, 600.0)
+    assert (drained.served, drained.unfinished) == (3, 0)
+    assert 600 < drained.ended_s <= 1_200  # it ends once the work is done

@@ -119,7 +119,7 @@ def execute(cli: CliContext, namespace: str, plan: Plan, on_step: Callable[[Step
 # --- the command -----------------------------------------------------------------------
 
 
-def _read(path: str) -> tuple[str, str]:
+def read_file(path: str) -> tuple[str, str]:
     """The file's text and the name to report it by (``-`` is standard input)."""
     if path == "-":
         return sys.stdin.read(), "<stdin>"
@@ -183,7 +183,7 @@ def _refuse(label: str, problems: list[Problem], as_json: bool) -> NoReturn:
 def run(ctx: typer.Context, file: str, *, dry_run: bool, as_json: bool) -> None:
     """``lakeshore apply`` (its options are declared in ``lakeshore.cli.apply_command``)."""
     cli = context.get(ctx)
-    text, label = _read(file)
+    text, label = read_file(file)
     try:
         parsed = load(text, label)
         namespace = _namespace(ctx, cli, parsed)

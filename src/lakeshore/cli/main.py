@@ -15,6 +15,7 @@ from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
 from lakeshore.cli.demo import demo
 from lakeshore.cli.server import server, up
+from lakeshore.cli.simulate_command import simulate
 from lakeshore.defaults import DEFAULT_URL
 
 app = typer.Typer(
@@ -72,6 +73,7 @@ app.add_typer(daemon.app, name="daemon")
 app.add_typer(invocations.app, name="invocations")
 app.command("submit")(invocations.submit)
 app.command("apply")(apply)
+app.command("simulate")(simulate)
 
 
 def main() -> None:

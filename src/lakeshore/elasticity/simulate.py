@@ -84,6 +84,7 @@ class Report:
     thrash: int = 0  # a kill of the scope within the hysteresis window after a launch
     peak_daemons: int = 0
     ticks: int = 0
+    ended_s: float = 0.0  # the virtual time the play stopped at (past the end in a drain)
     at_bound: float = 0.0  # fraction of ticks whose decision a min or max held back
     decisions: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[tuple[float, int, int, int]] = field(default_factory=list)
@@ -107,15 +108,18 @@ def simulate(
     *,
     duration_s: float,
     rng: random.Random,
+    drain: bool = False,
 ) -> Report:
     """Play ``work`` ((submit second, run seconds), in submit order) against ``spec``'s
-    policy for ``duration_s`` virtual seconds; ``rng`` draws the boot delays."""
+    policy for ``duration_s`` virtual seconds; ``rng`` draws the boot delays. With
+    ``drain``, the clock runs on past ``duration_s`` (no more arrivals) until the work
+    submitted is done, or for as long again at most."""
     if spec.custom_scaler_udf is not None:
         raise SimulationError(
             f'queue "{spec.name}" has a customScalerUdf: its decisions are its own code, '
             "which the simulator does not run"
         )
-    return _World(spec, fleet, rng).run(work, duration_s)
+    return _World(spec, fleet, rng).run(work, duration_s, drain)
 
 
 class _World:
@@ -153,7 +157,7 @@ class _World:
         heapq.heappush(self.events, (t, kind, self.seq, data))
         self.seq += 1
 
-    def run(self, work: Sequence[tuple[float, float]], duration_s: float) -> Report:
+    def run(self, work: Sequence[tuple[float, float]], duration_s: float, drain: bool) -> Report:
         report = self.report
         for _ in range(self._initial()):
             self._add_daemon()
@@ -161,11 +165,14 @@ class _World:
             if submit < duration_s:
                 self.push(submit, _ARRIVE, run_s)
                 report.invocations += 1
-        ticks = max(1, math.ceil(duration_s / self.fleet.interval_s))
-        for n in range(ticks):
-            self.push(n * self.fleet.interval_s, _TICK, None)
-        while self.events and self.events[0][0] < duration_s:
-            t, kind, _, data = heapq.heappop(self.events)
+        self.push(0.0, _TICK, None)
+        limit = 2 * duration_s if drain else duration_s  # a drain may take as long again
+        end = duration_s
+        while self.events:
+            t = self.events[0][0]
+            if t >= limit or (t >= duration_s and not self._busy()):
+                break
+            _, kind, _, data = heapq.heappop(self.events)
             self._advance(t)
             if kind == _FINISH:
                 self.daemons[data].busy -= 1  # a busy daemon is never a victim
@@ -176,10 +183,17 @@ class _World:
                 self.pending.append((t, data))
             else:
                 self._tick(t)
+                self.push(t + self.fleet.interval_s, _TICK, None)
             self._dispatch(t)
-        self._advance(duration_s)
-        self._finish(duration_s)
+            end = max(end, t)
+        self._advance(end)
+        report.ended_s = end
+        self._finish(end)
         return report
+
+    def _busy(self) -> bool:
+        """Whether work is left: waiting, or running on a daemon."""
+        return bool(self.pending) or any(d.busy for d in self.daemons.values())
 
     def _initial(self) -> int:
         if self.fleet.initial is not None:

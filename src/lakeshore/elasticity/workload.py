@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -145,6 +145,12 @@ class Arrivals:
             return self.peak
         return max((value for _, value in self.steps), default=0.0)
 
+    def most(self, duration_s: float) -> float:
+        """An upper bound of the invocations ``duration_s`` brings (to refuse a workload
+        too large to play before drawing it)."""
+        batches = int(duration_s / self.every) * self.size if self.kind == "bursts" else 0
+        return self.highest * duration_s + batches
+
     def times(self, duration_s: float, rng: random.Random) -> list[float]:
         """Arrival instants in ``[0, duration_s)``, sorted (thinning against the top rate)."""
         out: list[float] = []
@@ -171,6 +177,16 @@ def synthetic(
 ) -> list[tuple[float, float]]:
     """(submit second, run seconds) of each invocation, in submit order."""
     return [(t, service.draw(rng)) for t in arrivals.times(duration_s, rng)]
+
+
+def replayed(
+    history: Sequence[tuple[float, float | None]], service: Dist, rng: random.Random
+) -> list[tuple[float, float]]:
+    """A server's history as a workload: (submit second, run seconds or ``None`` when
+    unknown — not finished, or never started) → the run seconds known, else one drawn from
+    ``service``; in submit order."""
+    ordered = sorted(history, key=lambda item: item[0])
+    return [(t, run_s if run_s is not None else service.draw(rng)) for t, run_s in ordered]
 
 
 def _constant(parts: list[str]) -> Arrivals | None:
