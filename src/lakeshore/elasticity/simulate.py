@@ -20,7 +20,7 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -38,6 +38,17 @@ EPOCH: Final = datetime(2026, 1, 1, tzinfo=UTC)  # virtual time 0
 NAMESPACE: Final = ("ns_sim", "sim")
 SIM_PROVIDER: Final = "simulated"  # the provider of a spec that names none
 _FINISH, _BOOT, _ARRIVE, _TICK = range(4)  # the order of events at one instant
+
+
+Trace = Callable[[float, str, Any], None]
+"""Hears the model's events at their virtual second, in order: ``("arrive", run_s)``,
+``("boot", daemon_id)`` (the daemons of the start too, at 0), ``("dispatch", daemon_id)``
+(a free slot of that daemon takes the oldest waiting invocation), ``("finish",
+daemon_id)``, and ``("tick", step)`` (the plan's step, its launch or kill made)."""
+
+
+def _ignore(t: float, kind: str, data: Any) -> None:
+    del t, kind, data
 
 
 class SimulationError(ValueError):
@@ -109,21 +120,25 @@ def simulate(
     duration_s: float,
     rng: random.Random,
     drain: bool = False,
+    trace: Trace | None = None,
 ) -> Report:
     """Play ``work`` ((submit second, run seconds), in submit order) against ``spec``'s
     policy for ``duration_s`` virtual seconds; ``rng`` draws the boot delays. With
     ``drain``, the clock runs on past ``duration_s`` (no more arrivals) until the work
-    submitted is done, or for as long again at most."""
+    submitted is done, or for as long again at most. ``trace``, when given, hears every
+    event of the model as it happens (see :data:`Trace`)."""
     if spec.custom_scaler_udf is not None:
         raise SimulationError(
             f'queue "{spec.name}" has a customScalerUdf: its decisions are its own code, '
             "which the simulator does not run"
         )
-    return _World(spec, fleet, rng).run(work, duration_s, drain)
+    return _World(spec, fleet, rng, trace).run(work, duration_s, drain)
 
 
 class _World:
-    def __init__(self, spec: QueueSpec, fleet: Fleet, rng: random.Random) -> None:
+    def __init__(
+        self, spec: QueueSpec, fleet: Fleet, rng: random.Random, trace: Trace | None = None
+    ) -> None:
         if fleet_of(spec) is None:  # the model is the provider: every queue can launch
             spec = spec.model_copy(update={"provider_ref": SIM_PROVIDER})
         self.spec, self.fleet, self.rng = spec, fleet, rng
@@ -152,6 +167,7 @@ class _World:
         self.last_launch: float | None = None
         self.report = Report(queue=spec.name, kind=_kind(spec))
         self.previous: dict[tuple[str, str], plan.Step] = {}
+        self.trace: Trace = trace or _ignore
 
     def push(self, t: float, kind: int, data: Any) -> None:
         heapq.heappush(self.events, (t, kind, self.seq, data))
@@ -160,7 +176,7 @@ class _World:
     def run(self, work: Sequence[tuple[float, float]], duration_s: float, drain: bool) -> Report:
         report = self.report
         for _ in range(self._initial()):
-            self._add_daemon()
+            self.trace(0.0, "boot", self._add_daemon())
         for submit, run_s in work:
             if submit < duration_s:
                 self.push(submit, _ARRIVE, run_s)
@@ -176,11 +192,13 @@ class _World:
             self._advance(t)
             if kind == _FINISH:
                 self.daemons[data].busy -= 1  # a busy daemon is never a victim
+                self.trace(t, "finish", data)
             elif kind == _BOOT:
                 self.booting -= 1
-                self._add_daemon()
+                self.trace(t, "boot", self._add_daemon())
             elif kind == _ARRIVE:
                 self.pending.append((t, data))
+                self.trace(t, "arrive", data)
             else:
                 self._tick(t)
                 self.push(t + self.fleet.interval_s, _TICK, None)
@@ -225,11 +243,12 @@ class _World:
             self.pending_s += span * len(self.pending)
             self.last_t = t
 
-    def _add_daemon(self) -> None:
+    def _add_daemon(self) -> str:
         self.made += 1
         daemon = _Daemon(f"d{self.made:06d}", self.slots)
         self.daemons[daemon.id] = daemon
         self.report.peak_daemons = max(self.report.peak_daemons, len(self.daemons))
+        return daemon.id
 
     def _dispatch(self, t: float) -> None:
         """Free slots take waiting invocations, first come first served."""
@@ -241,6 +260,7 @@ class _World:
                 self.waits.append(t - submitted)
                 daemon.busy += 1
                 self.push(t + run_s, _FINISH, daemon.id)
+                self.trace(t, "dispatch", daemon.id)
             if not self.pending:
                 return
 
@@ -289,6 +309,7 @@ class _World:
                 report.thrash += 1
             del self.daemons[step.victim]
         self._record(t, step)
+        self.trace(t, "tick", step)
         daemons = len(self.daemons) + self.booting
         running = sum(d.busy for d in self.daemons.values())
         report.timeline.append((t, len(self.pending), running, daemons))
