@@ -370,9 +370,9 @@ THRESHOLD_RULES = [
         "utilization 0.90 >= 0.80 for 2 ticks → launch", id="one under max launches",
     ),
     pytest.param(
-        pwt(max=16), 1.0, Counters(5, 0), 16, 0, "tick_noop", Counters(6, 0), "at_max",
-        "at max (16): utilization 1.00 >= 0.80 for 6 ticks, daemons 16 + in flight 0",
-        id="counter keeps counting at max",
+        pwt(max=16), 1.0, Counters(5, 0), 16, 0, "tick_noop", Counters(2, 0), "at_max",
+        "at max (16): utilization 1.00 >= 0.80 for 2 ticks, daemons 16 + in flight 0",
+        id="counter stays satisfied at max, saturated at the window",
     ),
     pytest.param(
         pwt(), 1.0, Counters(1, 0), 1000, 0, "scale_up", Counters(0, 0), "scale_up",
@@ -474,12 +474,14 @@ def test_the_dead_band_breaks_the_window() -> None:
 
 def test_a_bound_hit_keeps_the_counter_so_the_step_comes_as_soon_as_room_does() -> None:
     policy, counters = pwt(max=2), Counters()
-    for expected in (1, 2, 3):
+    for expected in (1, 2, 2, 2):  # satisfied, and saturated at the window
         decision = decide(policy, sig(2, util=0.95), counters)
         counters = decision.counters
         assert decision.action == "tick_noop"
         assert counters == Counters(above=expected)
     assert decision.reason.startswith("at max (2): ")
+    again = decide(policy, sig(2, util=0.95), counters)
+    assert again == decision  # the same no-op, tick after tick: one feed row
     # a daemon goes away: the next high tick launches at once, without a fresh window
     decision = decide(policy, sig(1, util=0.95), counters)
     assert decision.action == "scale_up"
@@ -490,9 +492,12 @@ def test_a_bound_hit_keeps_the_counter_so_the_step_comes_as_soon_as_room_does() 
     ("util", "before", "after"),
     [
         (0.8, Counters(0, 0), Counters(1, 0)),
-        (0.8, Counters(3, 0), Counters(4, 0)),
+        (0.8, Counters(1, 0), Counters(2, 0)),
+        (0.8, Counters(2, 0), Counters(2, 0)),  # saturated at the window
+        (0.8, Counters(3, 0), Counters(2, 0)),  # a count stored by an older server
         (0.3, Counters(2, 0), Counters(0, 1)),
-        (0.3, Counters(0, 4), Counters(0, 5)),
+        (0.3, Counters(0, 1), Counters(0, 2)),
+        (0.3, Counters(0, 4), Counters(0, 2)),
         (0.55, Counters(3, 0), Counters(0, 0)),
         (0.55, Counters(0, 3), Counters(0, 0)),
     ],

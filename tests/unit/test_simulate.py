@@ -139,3 +139,18 @@ def test_a_drain_runs_on_until_the_work_submitted_is_done() -> None:
     assert (cut.served, cut.unfinished, cut.ended_s) == (0, 3, 600.0)
     assert (drained.served, drained.unfinished) == (3, 0)
     assert 600 < drained.ended_s <= 1_200  # it ends once the work is done
+
+
+def test_thrash_and_relaunches_are_counted() -> None:
+    """One short invocation, then another: each wakes a daemon that is killed the tick
+    after it is done, so each kill comes within the hysteresis window (2 ticks) of its
+    launch (thrash), and the second launch comes soon after the first kill (relaunch)."""
+    spec = QueueSpec.model_validate(
+        {"name": "flappy", "elasticity": {"kind": "fully_elastic", "min": 0, "max": 1}}
+    )
+    work = [(1.0, 0.5), (21.0, 0.5)]
+    fleet = Fleet(boot=Dist.parse("fixed:1"))
+    report = simulate(spec, work, fleet, duration_s=60, rng=random.Random(1))
+    assert (report.launches, report.kills) == (2, 2)
+    assert (report.thrash, report.relaunches) == (2, 1)
+    assert report.unserved_demand_s == pytest.approx((5 + 1 - 1) + (25 + 1 - 21))

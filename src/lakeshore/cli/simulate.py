@@ -25,7 +25,7 @@ from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
 from lakeshore.cli.feed import TIMES
 from lakeshore.domain.queue import READ_ONLY_FIELDS, QueueSpec, parse_spec
-from lakeshore.elasticity.simulate import Fleet, Report, SimulationError
+from lakeshore.elasticity.simulate import RELAUNCH_S, Fleet, Report, SimulationError
 from lakeshore.elasticity.simulate import simulate as play
 from lakeshore.elasticity.workload import (
     Arrivals,
@@ -174,7 +174,8 @@ _ROWS: Final = (
     ("wait max", "wait_max_s", "{:,.1f} s"),
     ("launches", "launches", "{:,}"),
     ("kills", "kills", "{:,}"),
-    ("kills soon after a launch", "thrash", "{:,}"),
+    ("thrash (kill soon after launch)", "thrash", "{:,}"),
+    (f"relaunches ({RELAUNCH_S / 60:.0f} min)", "relaunches", "{:,}"),
     ("peak daemons", "peak_daemons", "{:,}"),
     ("ticks at a bound", "at_bound", "{:.1%}"),
     ("ended at", "ended_s", "{:,.0f} s"),
@@ -219,12 +220,13 @@ def _plot(path: Path, reports: list[Report]) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise CliError("--plot needs matplotlib: pip install 'lakeshore[plot]'") from None
-    figure, axes = plt.subplots(3, 1, sharex=True, figsize=(10, 7), layout="constrained")
+    figure, axes = plt.subplots(3, 1, sharex=True, figsize=(10, 7), dpi=80, layout="constrained")
     for report in reports:
         hours = [row[0] / 3_600 for row in report.timeline]
         label = f"{report.queue} ({report.kind})"
         for axis, column in zip(axes, (1, 2, 3), strict=True):
-            axis.step(hours, [row[column] for row in report.timeline], where="post", label=label)
+            values = [row[column] for row in report.timeline]
+            axis.step(hours, values, where="post", label=label, linewidth=0.8, alpha=0.85)
     for axis, name in zip(axes, ("pending", "running", "daemons"), strict=True):
         axis.set_ylabel(name)
         axis.grid(alpha=0.3)

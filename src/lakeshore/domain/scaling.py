@@ -309,11 +309,16 @@ def _down_hint(policy: Policy, s: Signals) -> str:
 
 
 def update_counters(policy: Policy, utilization: float, counters: Counters) -> Counters:
-    """The counters after this tick's reading: above, below, or the dead band (both reset)."""
+    """The counters after this tick's reading: above, below, or the dead band (both reset).
+
+    A counter stops at the window (:data:`WINDOW`): the rules only ask whether it has
+    reached it, so a higher count would change no decision — and a pool held at a bound
+    would then decide a new no-op every tick (its reason and counters changing), which
+    could never fold into one feed row. The row's repeat count tells how long it held."""
     if utilization >= policy.high:
-        return Counters(above=counters.above + 1, below=0)
+        return Counters(above=min(counters.above + 1, WINDOW), below=0)
     if utilization <= policy.low:
-        return Counters(above=0, below=counters.below + 1)
+        return Counters(above=0, below=min(counters.below + 1, WINDOW))
     return Counters()
 
 

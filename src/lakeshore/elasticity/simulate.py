@@ -36,6 +36,7 @@ from lakeshore.elasticity.workload import Dist
 
 EPOCH: Final = datetime(2026, 1, 1, tzinfo=UTC)  # virtual time 0
 NAMESPACE: Final = ("ns_sim", "sim")
+RELAUNCH_S: Final = 600.0  # a launch this soon after a kill counts as a relaunch
 SIM_PROVIDER: Final = "simulated"  # the provider of a spec that names none
 _FINISH, _BOOT, _ARRIVE, _TICK = range(4)  # the order of events at one instant
 
@@ -92,7 +93,8 @@ class Report:
     unserved_demand_s: float = 0.0  # pending integrated over time: invocation-seconds waited
     launches: int = 0
     kills: int = 0
-    thrash: int = 0  # a kill of the scope within the hysteresis window after a launch
+    thrash: int = 0  # kills within the hysteresis window (WINDOW ticks) after a launch
+    relaunches: int = 0  # launches within RELAUNCH_S of a kill: cold starts a kept daemon saves
     peak_daemons: int = 0
     ticks: int = 0
     ended_s: float = 0.0  # the virtual time the play stopped at (past the end in a drain)
@@ -164,6 +166,7 @@ class _World:
         self.last_t = 0.0
         self.daemon_s = 0.0
         self.pending_s = 0.0
+        self.last_kill: float | None = None
         self.last_launch: float | None = None
         self.report = Report(queue=spec.name, kind=_kind(spec))
         self.previous: dict[tuple[str, str], plan.Step] = {}
@@ -300,13 +303,16 @@ class _World:
             report.at_bound += 1
         if step.launch is not None:
             report.launches += 1
-            self.booting += 1
+            if self.last_kill is not None and t - self.last_kill <= RELAUNCH_S:
+                report.relaunches += 1
             self.last_launch = t
+            self.booting += 1
             self.push(t + self.fleet.boot.draw(self.rng), _BOOT, None)
         elif step.victim is not None:
             report.kills += 1
             if self.last_launch is not None and t - self.last_launch <= self._window():
                 report.thrash += 1
+            self.last_kill = t
             del self.daemons[step.victim]
         self._record(t, step)
         self.trace(t, "tick", step)
@@ -315,6 +321,7 @@ class _World:
         report.timeline.append((t, len(self.pending), running, daemons))
 
     def _window(self) -> float:
+        """The hysteresis window, in seconds: WINDOW ticks."""
         return WINDOW * self.fleet.interval_s
 
     def _record(self, t: float, step: plan.Step) -> None:
