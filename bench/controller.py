@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import event, insert, update
+from sqlalchemy import event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -72,6 +72,7 @@ from lakeshore.services.controller import Controller
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 from lakeshore.store.rows import queue_columns
 from lakeshore.store.tables import (
+    elasticity_events,
     invocations,
     launches,
     namespaces,
@@ -178,6 +179,7 @@ class Result:
     n: int
     build_s: float
     steady: Ticks
+    rows_per_queue: float = 0.0  # audit rows per queue after the steady ticks (folding)
     launch: Ticks | None = None
     expiry: Ticks | None = None
 
@@ -439,7 +441,11 @@ async def measure(backend: str, url_text: str, n: int, opts: argparse.Namespace)
         )
         if opts.verbose:
             counter.show("steady")
-        result = Result(backend, n, build_s, steady)
+        async with store.read() as conn:
+            rows = (
+                await conn.execute(select(func.count()).select_from(elasticity_events))
+            ).scalar()
+        result = Result(backend, n, build_s, steady, rows_per_queue=(rows or 0) / n)
         if opts.launch and n in opts.launch_sizes:
             await make_launching(store, ns_id, ids, opts.pending, clock())
 
@@ -512,19 +518,23 @@ def report(results: list[Result]) -> bool:
     print("steady ticks (every decision a no-op):")
     print(
         "| backend    |      N | ticks | median tick (ms) | ms / queue "
-        "| statements / tick | connections / tick | loop stall (ms) |"
+        "| statements / tick | connections / tick | loop stall (ms) | event rows / queue |"
     )
     print(
         "|------------|-------:|------:|-----------------:|-----------:"
-        "|------------------:|-------------------:|----------------:|"
+        "|------------------:|-------------------:|----------------:|-------------------:|"
     )
     for r in results:
         s = r.steady
         print(
             f"| {r.backend:<10} | {r.n:>6,} | {len(s.times):>5} | {s.median_ms:>16,.1f} "
             f"| {s.median_ms / r.n:>10.3f} | {s.statements_label:>17} "
-            f"| {s.checkouts_label:>18} | {s.stall_ms:>15,.0f} |"
+            f"| {s.checkouts_label:>18} | {s.stall_ms:>15,.0f} | {r.rows_per_queue:>18.2f} |"
         )
+    print(
+        "'event rows / queue': audit rows in the store after the warm-up and the measured "
+        "ticks,\nper queue (identical consecutive no-ops of a queue fold into one row)."
+    )
     launched = [r for r in results if r.launch is not None]
     if launched:
         print()

@@ -113,10 +113,14 @@ def simulate(
 ) -> None:
     """Play queue policies against one workload with the controller's own plan.
 
-    Every queue of the file meets the same arrivals and run times on a virtual clock
-    (a day of 5-second ticks takes seconds) and is reported side by side: daemon-hours
-    and cost, waits, launches and kills, peak daemons, ticks at a bound, decisions.
-    See docs/simulate.md.
+    Every queue of the file meets the same arrivals and run times on a
+    virtual clock (a day of 5-second ticks takes seconds) and is reported
+    side by side: daemon-hours and cost, waits, launches and kills, peak
+    daemons, ticks at a bound, decisions. See docs/simulate.md.
+
+    lakeshore simulate -f lakeshore.yaml --arrivals bursts:0.02,4h,100
+
+    lakeshore simulate --from-server -q gpu --since 24h --plot day.png
     """
     from lakeshore.cli import simulate as simulating
 
