@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import os
 import platform
 import secrets
@@ -66,6 +67,7 @@ from sqlalchemy import event, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore import runtime
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.queue import parse_spec
 from lakeshore.services.controller import Controller
@@ -630,6 +632,11 @@ def main() -> int:
     parser.add_argument("--pending", type=int, default=3, help="pending per queue (<= 5)")
     parser.add_argument("--pg", default=PG_SERVER, help="PostgreSQL server to create DBs on")
     parser.add_argument("--verbose", action="store_true", help="print each tick's statements")
+    parser.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="keep CPython's GC thresholds (the server tunes them: lakeshore.runtime)",
+    )
     opts = parser.parse_args()
     if not 0 <= opts.pending <= 5:
         parser.error("--pending must be 0..5 (more would make the steady decision scale up)")
@@ -637,7 +644,10 @@ def main() -> int:
     opts.launch_sizes = {int(s.replace("_", "")) for s in opts.launch_sizes.split(",") if s}
     backends = ["sqlite", "postgresql"] if opts.backend == "both" else [opts.backend]
 
+    if not opts.default_gc:
+        runtime.tune()  # as `lakeshore server` does
     print(machine(), flush=True)
+    print(f"gc thresholds: {gc.get_threshold()}", flush=True)
     if "postgresql" in backends:
         print(f"postgresql: {pg_version(opts.pg)}", flush=True)
     results: list[Result] = []

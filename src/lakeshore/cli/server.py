@@ -131,6 +131,7 @@ def serve(
     import uvicorn
     from sqlalchemy.exc import DBAPIError
 
+    from lakeshore import runtime
     from lakeshore.api.app import create_app
     from lakeshore.errors import LakeshoreError
     from lakeshore.store.engine import parse_url, prepare
@@ -161,4 +162,5 @@ def serve(
     if local_fleet:
         output.note(f"local provider: daemons run here, logs in {settings.data_dir / 'daemons'}")
     app = create_app(settings, demo=demo, local_fleet=local_fleet)
+    runtime.tune()  # see lakeshore.runtime: full collections stalled the loop in ticks
     uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")

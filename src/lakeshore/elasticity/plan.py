@@ -7,9 +7,12 @@ policy, the decision (with its reason, rule and hint), and what carrying it out 
 the victim of a scale-down, the launch of a scale-up, or the downgrade to a no-op the
 plan already knows of (no provider to launch through, no idle worker to kill).
 
-A queue with a custom scaler is the one case the plan cannot finish alone: its step
-comes back with :attr:`Step.scaler` set, and the caller (which may do I/O) asks the
-scaler and hands the answer to :func:`answer`, which settles the step by the same rules.
+Two cases the plan cannot finish alone, each finished by a pure call once the caller
+(which may do I/O) has what it lacks: a queue with a custom scaler comes back with
+:attr:`Step.scaler` set — the caller asks the scaler and hands the answer to
+:func:`answer`; and a scale-down of a queue whose snapshot held only its worker count
+comes back with :attr:`Step.needs_workers` — the caller reads those workers and hands
+them to :func:`with_workers`, which picks the victim by the same rule.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Step:
     victim: str | None = None  # the worker a scale-down kills
     launch: Launch | None = None  # the daemon a scale-up launches
     scaler: str | None = None  # a custom scaler's path, while its answer is awaited
+    needs_workers: bool = False  # a scale-down whose victim waits on its workers' rows
 
     @property
     def key(self) -> Key:
@@ -141,7 +145,24 @@ def answer(step: Step, snapshot: Snapshot, reply: object, *, failure: str | None
     return _settle(settled, tally(step.unit.members, snapshot).workers)
 
 
-def _settle(step: Step, workers: Sequence[fleet.WorkerView]) -> Step:
+def with_workers(
+    steps: Sequence[Step], workers: Mapping[str, Sequence[fleet.WorkerView]]
+) -> list[Step]:
+    """Settle the steps that need workers (:attr:`Step.needs_workers`) with ``workers``
+    (queue id → its subscribed workers, retiring ones left out): their victims."""
+    settled = []
+    for step in steps:
+        if step.needs_workers:
+            seen: dict[str, fleet.WorkerView] = {}
+            for queue in step.unit.members:
+                for worker in workers.get(queue.id, ()):
+                    seen.setdefault(worker.id, worker)
+            step = _settle(replace(step, needs_workers=False), list(seen.values()))
+        settled.append(step)
+    return settled
+
+
+def _settle(step: Step, workers: Sequence[fleet.WorkerView] | None) -> Step:
     """What carrying out the decision takes: a launch's provider, a kill's victim — or,
     when there is none, the decision downgraded to a no-op saying why."""
     unit = step.unit
@@ -152,6 +173,8 @@ def _settle(step: Step, workers: Sequence[fleet.WorkerView]) -> Step:
         body = Launch(name, unit.launch_from.spec.daemon_template, unit.membership)
         return replace(step, launch=body)
     if step.action == "scale_down":
+        if workers is None:  # only their number is known: the caller reads them
+            return replace(step, needs_workers=True)
         victim = fleet.pick_victim(workers)
         if victim is None:
             return step.downgraded(NO_IDLE_WORKER)

@@ -1,4 +1,9 @@
-"""What a plan is computed from: one consistent read of the queues and their fleets."""
+"""What a plan is computed from: one consistent read of the queues and their fleets.
+
+A queue's fleet comes either as its workers (``workers``: what stats, explain, the
+simulator and a pool's members read) or, for the controller's tick of a standalone queue,
+as two numbers (``headcount``): 50,000 worker rows cost a 10,000-queue tick more than
+everything else it read, and only a scale-down needs them, for its victim."""
 
 from __future__ import annotations
 
@@ -20,3 +25,7 @@ class Snapshot:
     capacity: dict[str, int]  # worker id → max invocations
     counters: dict[Key, Counters]  # (namespace id, scope) → hysteresis counters
     in_flight: dict[Key, int] = field(default_factory=dict)  # unexpired launches per scope
+    # queue id → (daemons, their capacity), for a standalone queue whose workers are not
+    # listed in ``workers``: its signals are counted from these, and only a step that
+    # needs a victim has its workers read (see ``Step.needs_workers``)
+    headcount: dict[str, tuple[int, int]] = field(default_factory=dict)

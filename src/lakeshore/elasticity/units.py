@@ -80,16 +80,18 @@ def units_of(snapshot: Snapshot) -> list[Unit]:
 @dataclass(frozen=True)
 class Tally:
     """What a unit's signals are computed from: its workers (de-duplicated, retiring ones
-    left out), pending and running summed over its members, and the workers' capacity."""
+    left out; ``None`` when only their number was read), pending and running summed over
+    its members, and the workers' capacity."""
 
-    workers: list[fleet.WorkerView]
+    workers: list[fleet.WorkerView] | None
+    daemons: int
     pending: int
     running: int
     capacity: int
 
     def signals(self, in_flight: int) -> Signals:
         return Signals(
-            daemon_count=len(self.workers),
+            daemon_count=self.daemons,
             utilization=signals.utilization(
                 running=self.running, capacity=self.capacity, pending=self.pending
             ),
@@ -103,9 +105,19 @@ class Tally:
 def tally(members: Sequence[Queue], snapshot: Snapshot) -> Tally:
     if len(members) == 1:  # a lone queue: its workers are distinct already
         queue = members[0]
+        counted = snapshot.headcount.get(queue.id)
+        if counted is not None and queue.id not in snapshot.workers:
+            return Tally(
+                workers=None,
+                daemons=counted[0],
+                pending=snapshot.pending.get(queue.id, 0),
+                running=snapshot.running.get(queue.id, 0),
+                capacity=counted[1],
+            )
         workers = list(snapshot.workers.get(queue.id, ()))
         return Tally(
             workers=workers,
+            daemons=len(workers),
             pending=snapshot.pending.get(queue.id, 0),
             running=snapshot.running.get(queue.id, 0),
             capacity=sum(snapshot.capacity.get(w.id, 0) for w in workers),
@@ -116,6 +128,7 @@ def tally(members: Sequence[Queue], snapshot: Snapshot) -> Tally:
             seen.setdefault(worker.id, worker)
     return Tally(
         workers=list(seen.values()),
+        daemons=len(seen),
         pending=sum(snapshot.pending.get(q.id, 0) for q in members),
         running=sum(snapshot.running.get(q.id, 0) for q in members),
         capacity=sum(snapshot.capacity.get(w, 0) for w in seen),

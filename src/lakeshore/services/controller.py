@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,7 +40,6 @@ Clock = Callable[[], datetime]
 DEFAULT_CALL_TIMEOUT_S = 10.0
 DEFAULT_NOOP_RETENTION_S = 86_400.0  # a day of no-ops; decisions that acted are kept
 PRUNE_EVERY = timedelta(minutes=1)
-CONCURRENCY = 16
 
 
 class Controller:
@@ -139,20 +138,25 @@ class Controller:
         steps = await asyncio.to_thread(plan.plan, snap, now, only=only, previous=self._previous)
         steps = await self._ask_scalers(steps, snap)
         async with self.store.read() as conn:
+            short = sorted({q.id for s in steps if s.needs_workers for q in s.unit.members})
+            if short:  # the victims of scale-downs, from their queues' workers
+                steps = plan.with_workers(steps, await ctl_store.workers_of(conn, short))
             wanted = {(s.unit.namespace_id, s.launch.provider) for s in steps if s.launch}
             wanted |= {(launch["namespace_id"], launch["provider_name"]) for launch in expired}
             registrations = await ctl_store.registrations(conn, wanted)
         outcomes = await asyncio.to_thread(_noop_outcomes, steps)
         # a launch or a kill: first what the store must know before this tick ends (the
         # launch in flight, the victim retiring), then the provider calls, as tasks
-        jobs = await self._prepare(steps, outcomes, registrations)
-        gate = asyncio.Semaphore(CONCURRENCY)
+        jobs, launching = await self._prepare(steps, outcomes, registrations)
+        gate = self.ops.gate  # a launch takes it for its provider call only (FleetOps.start)
 
         async def gated(job: Awaitable[Any]) -> Any:
             async with gate:
                 return await job
 
-        acting = {i: asyncio.create_task(gated(job)) for i, job in jobs.items()}
+        acting = {
+            i: asyncio.create_task(job if i in launching else gated(job)) for i, job in jobs.items()
+        }
         stopping = [
             asyncio.create_task(gated(self.ops.stop_expired(launch, registrations)))
             for launch in expired
@@ -243,10 +247,11 @@ class Controller:
         steps: Sequence[plan.Step],
         outcomes: list[Outcome | None],
         registrations: dict[tuple[str, str], Any],
-    ) -> dict[int, Awaitable[Outcome]]:
+    ) -> tuple[dict[int, Coroutine[Any, Any, Outcome]], set[int]]:
         """Record this tick's launches and mark its victims retiring; fill in the outcome
-        of each that cannot go ahead, and return the provider calls of the others."""
-        jobs: dict[int, Awaitable[Outcome]] = {}
+        of each that cannot go ahead, and return the provider calls of the others (and
+        which of them are launches)."""
+        jobs: dict[int, Coroutine[Any, Any, Outcome]] = {}
         launching: list[int] = []
         for i, step in enumerate(steps):
             if step.launch is not None:
@@ -283,7 +288,7 @@ class Controller:
                 outcomes[i] = Outcome(step.downgraded(prepared.failure), step.before(), detail)
             else:
                 jobs[i] = self._launch(step, prepared)
-        return jobs
+        return jobs, set(launching)
 
     async def _launch(self, step: plan.Step, prepared: Prepared) -> Outcome:
         assert step.launch is not None

@@ -36,6 +36,41 @@ from lakeshore.store.engine import Store
 Clock = Callable[[], datetime]
 
 
+CONCURRENCY = 16  # provider calls in flight at once, per server
+
+
+class _GroupCommit:
+    """Launch handles written together: each caller waits for its own handle to be
+    committed; those that arrive while a write runs go in the next one."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._waiting: list[tuple[tuple[str, Any, datetime], asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def commit(self, row: tuple[str, Any, datetime]) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((row, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write())
+        await asyncio.shield(done)  # a caller cancelled still has its handle written
+
+    async def _write(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                async with self.store.write() as conn:
+                    await launch_store.started_many(conn, [row for row, _ in batch])
+            except Exception as exc:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+            else:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+
 @dataclass(frozen=True)
 class Launched:
     """A launch's outcome: its id (once recorded), and the failure if it failed."""
@@ -93,6 +128,8 @@ class FleetOps:
         self.server_url = server_url
         self.call_timeout_s = call_timeout_s
         self.notifier = notifier
+        self.gate = asyncio.Semaphore(CONCURRENCY)  # provider calls at once, at most
+        self._handles = _GroupCommit(store)
 
     async def call(
         self,
@@ -201,18 +238,24 @@ class FleetOps:
         """Call the provider for a recorded launch; keep its handle, or fail the launch
         (freeing the slot at once and revoking its token)."""
         provider, launch_id = prepared.provider, prepared.launch_id
-        result = await self.call(
-            provider, "launch", lambda: provider.launch(prepared.request), timeout_s=prepared.limit
-        )
-        async with self.store.write() as conn:
-            if isinstance(result, str):  # the slot is free again at once
+        async with self.gate:
+            result = await self.call(
+                provider,
+                "launch",
+                lambda: provider.launch(prepared.request),
+                timeout_s=prepared.limit,
+            )
+        if isinstance(result, str):  # the slot is free again at once
+            async with self.store.write() as conn:
                 await launch_store.resolve(
                     conn, launch_id, state="failed", now=self.clock(), error=result
                 )
                 await ns_store.revoke_token(conn, prepared.token_id, self.clock())
-                return Launched(launch_id, result)
-            ttl = timedelta(seconds=provider.launch_ttl_s)
-            await launch_store.started(conn, launch_id, result, self.clock() + ttl)
+            return Launched(launch_id, result)
+        ttl = timedelta(seconds=provider.launch_ttl_s)
+        # committed before this returns, with the handles of the launches that answered
+        # meanwhile: a tick of 1,000 launches writes them in a few statements, not 1,000
+        await self._handles.commit((launch_id, result, self.clock() + ttl))
         return Launched(launch_id)
 
     def _call_limit(self, provider: Provider, request: LaunchRequest) -> float:

@@ -217,7 +217,7 @@ def stats_json(queue: Queue, reading: scopes.Reading, counts: dict[str, int]) ->
         answer["member"] = {
             "pending": own.pending,
             "running": own.running,
-            "daemonCount": len(own.workers),
+            "daemonCount": own.daemons,
             "capacity": own.capacity,
             "utilization": round(own.signals(0).utilization, 4),
         }

@@ -172,6 +172,10 @@ async def _counts(
 async def _workers(
     conn: AsyncConnection, queue_ids: Sequence[str] | None = None
 ) -> tuple[dict[str, list[WorkerView]], dict[str, int]]:
+    """The subscribed workers (retiring ones left out) of ``queue_ids`` (every queue's
+    when ``None``) by queue, and each one's capacity."""
+    if queue_ids is not None and not queue_ids:
+        return {}, {}
     running = (
         select(INV.worker_id, func.count().label("n"))
         .where(INV.state == "running")
@@ -197,7 +201,7 @@ async def _workers(
         .where(W.retiring.is_(False))
     )
     if queue_ids is not None:
-        query = query.where(worker_queues.c.queue_id.in_(queue_ids))
+        query = query.where(_id_in(worker_queues.c.queue_id, queue_ids, conn.dialect.name))
     by_queue: dict[str, list[WorkerView]] = defaultdict(list)
     capacity: dict[str, int] = {}
     result = await conn.stream(query, execution_options={"yield_per": PART_ROWS})
@@ -218,6 +222,27 @@ async def _workers(
     finally:
         await result.close()
     return dict(by_queue), capacity
+
+
+async def _headcount(conn: AsyncConnection) -> dict[str, tuple[int, int]]:
+    """Per queue, its subscribed workers (retiring ones left out) and their capacity:
+    counted by the database, one row per queue."""
+    query = (
+        select(worker_queues.c.queue_id, func.count(), func.sum(W.max_invocations))
+        .select_from(worker_queues.join(workers, W.id == worker_queues.c.worker_id))
+        .where(W.retiring.is_(False))
+        .group_by(worker_queues.c.queue_id)
+    )
+    rows = (await conn.execute(query)).all()
+    return {queue_id: (int(n), int(most or 0)) for queue_id, n, most in rows}
+
+
+async def workers_of(
+    conn: AsyncConnection, queue_ids: Sequence[str]
+) -> dict[str, list[WorkerView]]:
+    """The workers of ``queue_ids``, for the victims of a plan's scale-downs."""
+    by_queue, _ = await _workers(conn, queue_ids)
+    return by_queue
 
 
 @functools.lru_cache(maxsize=4096)
@@ -247,16 +272,21 @@ async def snapshot(
     unpinned: bool = True,
     cache: QueueCache | None = None,
 ) -> Snapshot:
-    """Everything a tick plans from, in a fixed number of queries."""
-    by_queue, capacity = await _workers(conn)
+    """Everything a tick plans from, in a fixed number of queries. Standalone queues'
+    fleets are counted by the database (``headcount``); only pools' members have their
+    workers listed, since a pool counts a worker subscribed to two members once."""
+    ticked = await active_queues(conn, node_id, unpinned=unpinned, cache=cache)
+    pooled = [q.id for _, q in ticked if q.spec.elasticity and q.spec.elasticity.pool]
+    by_queue, capacity = await _workers(conn, pooled)
     return Snapshot(
-        queues=await active_queues(conn, node_id, unpinned=unpinned, cache=cache),
+        queues=ticked,
         pending=await _counts(conn, "pending"),
         running=await _counts(conn, "running"),
         workers=by_queue,
         capacity=capacity,
         counters=await load_counters(conn),
         in_flight=await launch_rows.in_flight_by_scope(conn, None, now),
+        headcount=await _headcount(conn),
     )
 
 
@@ -334,11 +364,13 @@ async def write_events(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) ->
     return [int(i) for i in (await conn.execute(query, list(rows))).scalars()]
 
 
-def _id_in(column: ColumnElement[int], ids: Sequence[int], dialect: str) -> ColumnElement[bool]:
+def _id_in(column: ColumnElement[Any], ids: Sequence[Any], dialect: str) -> ColumnElement[bool]:
     """``column IN ids`` as one bound value however many ids (a list of 10,000 binds
-    costs more to compile than to run): an array on PostgreSQL, JSON on SQLite."""
+    costs more to compile than to run): an array on PostgreSQL, JSON on SQLite. The ids
+    are all numbers or all strings."""
     if dialect == "postgresql":
-        ids_array = bindparam("ids", list(ids), type_=postgresql.ARRAY(BigInteger))
+        kind = Text if ids and isinstance(ids[0], str) else BigInteger
+        ids_array = bindparam("ids", list(ids), type_=postgresql.ARRAY(kind))
         return column == func.any(ids_array)
     listed: Select[tuple[Any]] = select(literal_column("value")).select_from(
         func.json_each(bindparam("ids", json.dumps(list(ids)), type_=Text))

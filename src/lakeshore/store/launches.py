@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import (
     RowMapping,
     and_,
+    bindparam,
     case,
     exists,
     func,
@@ -66,6 +67,22 @@ async def started(conn: AsyncConnection, launch_id: str, handle: Any, expires_at
     await conn.execute(
         update(launches).where(L.id == launch_id).values(handle=handle, expires_at=still_in_flight)
     )
+
+
+async def started_many(conn: AsyncConnection, rows: Sequence[tuple[str, Any, datetime]]) -> None:
+    """:func:`started` for many launches at once: (launch id, handle, expires at) each, in
+    one statement (``executemany``)."""
+    if not rows:
+        return
+    later = bindparam("b_expires", type_=L.expires_at.type)
+    still_in_flight = case((L.state == "in_flight", later), else_=L.expires_at)
+    query = (
+        update(launches)
+        .where(L.id == bindparam("b_id"))
+        .values(handle=bindparam("b_handle", type_=L.handle.type), expires_at=still_in_flight)
+    )
+    params = [{"b_id": i, "b_handle": h, "b_expires": e} for i, h, e in rows]
+    await conn.execute(query, params)
 
 
 async def hello(
