@@ -1,0 +1,40 @@
+"""A tick that launches for many queues writes their launch handles together: every
+launch has its handle stored before the tick answers, in far fewer statements than
+launches (group commit), on both stores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from lakeshore.store import launches as launch_store
+from tests.integration.test_controller import NS, elastic, provider, queue, submit_many, tick
+
+QUEUES = 40
+
+
+async def test_a_tick_of_many_launches_commits_their_handles_together(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[int] = []
+    real = launch_store.started_many
+
+    async def counted(conn: Any, rows: Any) -> None:
+        writes.append(len(rows))
+        await real(conn, rows)
+
+    monkeypatch.setattr(launch_store, "started_many", counted)
+    await provider(api)
+    for n in range(QUEUES):
+        await queue(api, f"q{n}", elastic(max=1), providerRef="fk")
+        await submit_many(api, f"q{n}", 1)
+    decisions = await tick(api)
+    launched = {d["launch_id"] for d in decisions.values() if d["action"] == "scale_up"}
+    assert len(launched) == QUEUES
+    assert sum(writes) == QUEUES and len(writes) < QUEUES / 4, writes
+    page = (await api.get(f"{NS}/providers/fk/launches", params={"limit": 100})).json()
+    stored = {x["id"]: x["handle"] for x in page["launches"]}
+    assert set(stored) == launched
+    assert all(stored[i] == {"fake": i} for i in launched)  # each launch its own handle
