@@ -561,10 +561,11 @@ def report(results: list[Result]) -> bool:
         print(
             "'loop stall' is the longest the event loop (which also serves the API) went "
             "unanswered during a tick.\n"
-            "Launch statements grow with N by design: a tick records its launches (worker "
-            "tokens and launch\nrows) together, then each launch calls its provider and "
-            "stores the handle it answered in a\ntransaction of its own; that is not a "
-            "per-queue read. 'per launch' is (launch tick - steady tick) / N."
+            "A tick records its launches (worker tokens and launch rows) in one transaction, "
+            "then each\nlaunch calls its provider, and the handles answered are "
+            "group-committed (those that\narrive while one write runs go in the next); "
+            "an executemany UPDATE counts once per row on\nSQLite. 'per launch' is "
+            "(launch tick - steady tick) / N."
         )
     expired = [r for r in results if r.expiry is not None]
     if expired:

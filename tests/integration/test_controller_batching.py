@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from lakeshore.store import launches as launch_store
+from tests.conftest import FakeClock
 from tests.integration.test_controller import NS, elastic, provider, queue, submit_many, tick
 
 QUEUES = 40
@@ -38,3 +39,30 @@ async def test_a_tick_of_many_launches_commits_their_handles_together(
     stored = {x["id"]: x["handle"] for x in page["launches"]}
     assert set(stored) == launched
     assert all(stored[i] == {"fake": i} for i in launched)  # each launch its own handle
+
+
+async def test_a_tick_that_expires_many_launches_records_their_stops_together(
+    api: httpx.AsyncClient, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launches of one tick never say hello: past their TTL, the next tick stops each
+    through its provider and records every stop, in a few statements."""
+    writes: list[int] = []
+    real = launch_store.terminated_many
+
+    async def counted(conn: Any, rows: Any) -> None:
+        writes.append(len(rows))
+        await real(conn, rows)
+
+    monkeypatch.setattr(launch_store, "terminated_many", counted)
+    await provider(api)
+    for n in range(QUEUES):
+        await queue(api, f"q{n}", elastic(max=1), providerRef="fk")
+        await submit_many(api, f"q{n}", 1)
+    launched = {d["launch_id"] for d in (await tick(api)).values() if d.get("launch_id")}
+    assert len(launched) == QUEUES
+    clock.advance(60)  # past the fake provider's TTL
+    await tick(api)
+    assert sum(writes) == QUEUES and len(writes) < QUEUES / 4, writes
+    page = (await api.get(f"{NS}/providers/fk/launches", params={"limit": 100})).json()
+    stopped = {x["id"] for x in page["launches"] if x["terminated_at"] is not None}
+    assert launched <= stopped

@@ -157,9 +157,8 @@ class Controller:
         acting = {
             i: asyncio.create_task(job if i in launching else gated(job)) for i, job in jobs.items()
         }
-        stopping = [
-            asyncio.create_task(gated(self.ops.stop_expired(launch, registrations)))
-            for launch in expired
+        stopping = [  # each takes the gate for its provider call (FleetOps.stop_expired)
+            asyncio.create_task(self.ops.stop_expired(launch, registrations)) for launch in expired
         ]
         if acting or stopping:
             wait_s = (

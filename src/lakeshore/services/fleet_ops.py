@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain import fleet, tokens
 from lakeshore.domain.ids import new_id
@@ -37,18 +38,24 @@ Clock = Callable[[], datetime]
 
 
 CONCURRENCY = 16  # provider calls in flight at once, per server
+Row = TypeVar("Row")
 
 
-class _GroupCommit:
-    """Launch handles written together: each caller waits for its own handle to be
+class _GroupCommit(Generic[Row]):
+    """Rows written together by ``write_many``: each caller waits for its own row to be
     committed; those that arrive while a write runs go in the next one."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self,
+        store: Store,
+        write_many: Callable[[AsyncConnection, Sequence[Row]], Awaitable[None]],
+    ) -> None:
         self.store = store
-        self._waiting: list[tuple[tuple[str, Any, datetime], asyncio.Future[None]]] = []
+        self.write_many = write_many
+        self._waiting: list[tuple[Row, asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
 
-    async def commit(self, row: tuple[str, Any, datetime]) -> None:
+    async def commit(self, row: Row) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((row, done))
         if self._writer is None or self._writer.done():
@@ -60,7 +67,7 @@ class _GroupCommit:
             batch, self._waiting = self._waiting, []
             try:
                 async with self.store.write() as conn:
-                    await launch_store.started_many(conn, [row for row, _ in batch])
+                    await self.write_many(conn, [row for row, _ in batch])
             except Exception as exc:
                 for _, done in batch:
                     if not done.done():
@@ -129,7 +136,14 @@ class FleetOps:
         self.call_timeout_s = call_timeout_s
         self.notifier = notifier
         self.gate = asyncio.Semaphore(CONCURRENCY)  # provider calls at once, at most
-        self._handles = _GroupCommit(store)
+        # launch handles and terminations: a tick of 1,000 launches (or of 1,000 expired
+        # ones) writes them in a few statements, not 1,000
+        self._handles: _GroupCommit[tuple[str, Any, datetime]] = _GroupCommit(
+            store, lambda conn, rows: launch_store.started_many(conn, rows)
+        )
+        self._terminations: _GroupCommit[tuple[str, datetime, str | None]] = _GroupCommit(
+            store, lambda conn, rows: launch_store.terminated_many(conn, rows)
+        )
 
     async def call(
         self,
@@ -254,7 +268,7 @@ class FleetOps:
             return Launched(launch_id, result)
         ttl = timedelta(seconds=provider.launch_ttl_s)
         # committed before this returns, with the handles of the launches that answered
-        # meanwhile: a tick of 1,000 launches writes them in a few statements, not 1,000
+        # meanwhile
         await self._handles.commit((launch_id, result, self.clock() + ttl))
         return Launched(launch_id)
 
@@ -327,11 +341,11 @@ class FleetOps:
         daemon whose worker was dropped as lost: a booted instance or pod would otherwise
         run, and cost, for nothing."""
         worker_id = launch["worker_id"] or ""
-        failure = await self._terminate(
-            launch["namespace_id"], worker_id, launch, registrations or {}
-        )
-        async with self.store.write() as conn:
-            await launch_store.terminated(conn, launch["id"], self.clock(), failure)
+        async with self.gate:
+            failure = await self._terminate(
+                launch["namespace_id"], worker_id, launch, registrations or {}
+            )
+        await self._terminations.commit((launch["id"], self.clock(), failure))
 
     async def _terminate(
         self,

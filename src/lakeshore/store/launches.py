@@ -179,6 +179,24 @@ async def terminated(
     await conn.execute(update(launches).where(L.id == launch_id).values(values))
 
 
+async def terminated_many(
+    conn: AsyncConnection, rows: Sequence[tuple[str, datetime, str | None]]
+) -> None:
+    """:func:`terminated` for many launches at once: (launch id, when, error) each, in one
+    statement (``executemany``)."""
+    if not rows:
+        return
+    query = (
+        update(launches)
+        .where(L.id == bindparam("b_id"))
+        .values(
+            terminated_at=bindparam("b_at", type_=L.terminated_at.type),
+            terminate_error=bindparam("b_error", type_=L.terminate_error.type),
+        )
+    )
+    await conn.execute(query, [{"b_id": i, "b_at": at, "b_error": e} for i, at, e in rows])
+
+
 async def list_for_provider(
     conn: AsyncConnection,
     namespace_id: str,
