@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import anyio
 from fastapi import FastAPI
@@ -116,7 +117,9 @@ def create_app(
         await ns_service.ensure(store, ns_service.DEFAULT_NAMESPACE, clock())
         if local_fleet:
             files.private_dir(settings.data_dir)  # daemon logs go there: UDF output
-            await local_fleet_service.ensure_provider(store, settings.data_dir / "daemons", clock())
+            await local_fleet_service.ensure_provider(
+                store, settings.data_dir / "daemons", clock(), code_dir=Path.cwd()
+            )
         if demo:
             await _create_demo_queue(store, clock())
         notifier = Notifier()

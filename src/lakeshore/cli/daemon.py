@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import httpx
@@ -20,6 +23,24 @@ from lakeshore.domain import runners as daemon_runners
 app = typer.Typer(
     help="Run a worker daemon here, or launch, list and kill daemons.", no_args_is_help=True
 )
+
+
+def code_path(given: list[Path] | None) -> list[str]:
+    """Where the daemon imports UDF modules from: ``--path``, else ``LAKESHORE_PATH``, else
+    the current directory (a console script's ``sys.path[0]`` is its ``bin/``, not where
+    it was started), each made absolute; a directory that does not exist is refused."""
+    if given:
+        dirs, hint = list(given), "--path"
+    else:
+        listed = [d for d in os.environ.get("LAKESHORE_PATH", "").split(os.pathsep) if d]
+        dirs, hint = [Path(d) for d in listed] or [Path.cwd()], "LAKESHORE_PATH"
+    found = []
+    for directory in dirs:
+        resolved = directory.expanduser().resolve()
+        if not resolved.is_dir():
+            raise typer.BadParameter(f"{directory}: no such directory", param_hint=hint)
+        found.append(str(resolved))
+    return found
 
 
 @app.command("run")
@@ -87,6 +108,18 @@ def run(
     grace: Annotated[
         float, typer.Option(help="Seconds to let running work finish after SIGTERM.", min=0)
     ] = 30.0,
+    path: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--path",
+            metavar="DIR",
+            help="Import UDF modules from DIR (repeatable; put first on the daemon's "
+            "sys.path). Default: LAKESHORE_PATH (directories separated by "
+            f"{os.pathsep!r}), else the current directory.",
+            file_okay=False,
+            show_default=False,
+        ),
+    ] = None,
     preload: Annotated[
         list[str] | None,
         typer.Option(
@@ -154,6 +187,7 @@ def run(
     token = cli.token or local_admin_token()
     if not token:
         raise CliError("no token: set --token / LAKESHORE_TOKEN")
+    sys.path[:0] = code_path(path)
     for module in preload or []:
         try:
             runner_module.check_preload(module)

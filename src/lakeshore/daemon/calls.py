@@ -46,8 +46,24 @@ def prepare(preload: list[str], fn: str) -> Any:
         preload.pop(0)
     try:
         return resolve(fn)
+    except ModuleNotFoundError as exc:
+        module = fn.partition(":")[0]
+        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+            # the UDF's own module: the next attempt on this daemon would fail the same way
+            return error(exc, retry=False, suffix=not_found_hint())
+        return error(exc)
     except Exception as exc:
         return error(exc)
+
+
+def not_found_hint() -> str:
+    """What to do when a UDF's module is not on the daemon's path, with that path."""
+    shown = [entry for entry in sys.path if entry][:8]
+    return (
+        f" (the daemon looks for modules in {shown}; start it where the module is, give "
+        "`lakeshore daemon run --path DIR`, set LAKESHORE_PATH or PYTHONPATH in the "
+        "provider's env, or install the module where the daemon runs)"
+    )
 
 
 def setup_of(target: Any) -> Callable[[], Any] | None:
@@ -70,12 +86,12 @@ def is_async(target: Any) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)
 
 
-def error(exc: BaseException, *, retry: bool = True, prefix: str = "") -> Reply:
+def error(exc: BaseException, *, retry: bool = True, prefix: str = "", suffix: str = "") -> Reply:
     return (
         "error",
         {
             "type": type(exc).__name__,
-            "message": prefix + str(exc),
+            "message": prefix + str(exc) + suffix,
             "traceback": "".join(traceback.format_exception(exc)),
             "retry": retry,
         },

@@ -46,6 +46,9 @@ class LocalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     working_dir: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    # where launched daemons import UDF modules from (their --path); `lakeshore up` sets its
+    # own working directory. An env LAKESHORE_PATH (or the daemon's flags) overrides it.
+    code_dir: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     max_daemons: Annotated[int, Field(ge=1, le=1000)] = 8
     env: dict[str, Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict)
     launch_ttl_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
@@ -122,7 +125,13 @@ class LocalProvider:
             logs.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise base.LaunchError(f"cannot use working dir {self.working_dir}: {exc}") from exc
-        env = {**base.inherited_env(os.environ), **self.config.env, **request.daemon_env()}
+        code = {"LAKESHORE_PATH": self.config.code_dir} if self.config.code_dir else {}
+        env = {
+            **base.inherited_env(os.environ),
+            **code,
+            **self.config.env,
+            **request.daemon_env(),
+        }
         steps = [("bootstrap script", request.body.bootstrap_script)]
         steps += [
             (f"setup script {n}", script)

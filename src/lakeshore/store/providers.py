@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import RowMapping, String, cast, or_, select, tuple_
+from sqlalchemy import RowMapping, String, cast, or_, select, tuple_, update
 from sqlalchemy import delete as sql_delete
 from sqlalchemy import insert as sql_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -45,6 +45,17 @@ async def insert(
     row = await get(conn, namespace_id, name)
     assert row is not None
     return row
+
+
+async def set_config(
+    conn: AsyncConnection, namespace_id: str, name: str, config: dict[str, Any], now: datetime
+) -> None:
+    """Replace a registration's config (validated by the caller)."""
+    await conn.execute(
+        update(providers)
+        .where(providers.c.namespace_id == namespace_id, providers.c.name == name)
+        .values(config=config, updated_at=now)
+    )
 
 
 async def get(conn: AsyncConnection, namespace_id: str, name: str) -> RowMapping | None:
