@@ -16,17 +16,23 @@ from tests.integration.test_controller import NS, elastic, provider, queue, subm
 QUEUES = 40
 
 
+def batch_sizes(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """The rows of each call of ``launch_store.<name>`` (a write of many rows at once)."""
+    sizes: list[int] = []
+    real = getattr(launch_store, name)
+
+    async def counted(conn: Any, rows: Any) -> None:
+        sizes.append(len(rows))
+        await real(conn, rows)
+
+    monkeypatch.setattr(launch_store, name, counted)
+    return sizes
+
+
 async def test_a_tick_of_many_launches_commits_their_handles_together(
     api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    writes: list[int] = []
-    real = launch_store.started_many
-
-    async def counted(conn: Any, rows: Any) -> None:
-        writes.append(len(rows))
-        await real(conn, rows)
-
-    monkeypatch.setattr(launch_store, "started_many", counted)
+    writes = batch_sizes(monkeypatch, "started_many")
     await provider(api)
     for n in range(QUEUES):
         await queue(api, f"q{n}", elastic(max=1), providerRef="fk")
@@ -46,14 +52,7 @@ async def test_a_tick_that_expires_many_launches_records_their_stops_together(
 ) -> None:
     """The launches of one tick never say hello: past their TTL, the next tick stops each
     through its provider and records every stop, in a few statements."""
-    writes: list[int] = []
-    real = launch_store.terminated_many
-
-    async def counted(conn: Any, rows: Any) -> None:
-        writes.append(len(rows))
-        await real(conn, rows)
-
-    monkeypatch.setattr(launch_store, "terminated_many", counted)
+    writes = batch_sizes(monkeypatch, "terminated_many")
     await provider(api)
     for n in range(QUEUES):
         await queue(api, f"q{n}", elastic(max=1), providerRef="fk")

@@ -26,7 +26,7 @@ from lakeshore.domain import custom_scaler, fleet, scaling
 from lakeshore.domain.queue import DaemonTemplate
 from lakeshore.domain.scaling import Counters, Decision, Policy, Signals
 from lakeshore.elasticity.snapshot import Key, Snapshot
-from lakeshore.elasticity.units import Unit, provider_of, tally, units_of
+from lakeshore.elasticity.units import Unit, distinct_workers, provider_of, tally, units_of
 
 NO_IDLE_WORKER: Final = "no idle worker to kill (busy workers are never killed)"
 AWAITING_SCALER: Final = "custom_scaler.awaiting"
@@ -153,11 +153,8 @@ def with_workers(
     settled = []
     for step in steps:
         if step.needs_workers:
-            seen: dict[str, fleet.WorkerView] = {}
-            for queue in step.unit.members:
-                for worker in workers.get(queue.id, ()):
-                    seen.setdefault(worker.id, worker)
-            step = _settle(replace(step, needs_workers=False), list(seen.values()))
+            found = distinct_workers(step.unit.members, workers)
+            step = _settle(replace(step, needs_workers=False), found)
         settled.append(step)
     return settled
 

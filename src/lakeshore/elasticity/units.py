@@ -8,7 +8,7 @@ whose launches join every member queue.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lakeshore.domain import fleet, signals
@@ -122,17 +122,26 @@ def tally(members: Sequence[Queue], snapshot: Snapshot) -> Tally:
             running=snapshot.running.get(queue.id, 0),
             capacity=sum(snapshot.capacity.get(w.id, 0) for w in workers),
         )
-    seen: dict[str, fleet.WorkerView] = {}
-    for queue in members:
-        for worker in snapshot.workers.get(queue.id, ()):
-            seen.setdefault(worker.id, worker)
+    workers = distinct_workers(members, snapshot.workers)
     return Tally(
-        workers=list(seen.values()),
-        daemons=len(seen),
+        workers=workers,
+        daemons=len(workers),
         pending=sum(snapshot.pending.get(q.id, 0) for q in members),
         running=sum(snapshot.running.get(q.id, 0) for q in members),
-        capacity=sum(snapshot.capacity.get(w, 0) for w in seen),
+        capacity=sum(snapshot.capacity.get(w.id, 0) for w in workers),
     )
+
+
+def distinct_workers(
+    members: Sequence[Queue], workers: Mapping[str, Sequence[fleet.WorkerView]]
+) -> list[fleet.WorkerView]:
+    """The workers of ``members`` (queue id → its workers), each once: a worker that
+    serves two members of a pool counts once."""
+    seen: dict[str, fleet.WorkerView] = {}
+    for queue in members:
+        for worker in workers.get(queue.id, ()):
+            seen.setdefault(worker.id, worker)
+    return list(seen.values())
 
 
 def provider_of(unit: Unit) -> str | None:
