@@ -105,6 +105,35 @@ async def test_claims_follow_the_queue_discipline(
     assert order == expected
 
 
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("fifo", [0, 1, 2, 3]), ("filo", [3, 2, 1, 0]), ("priority", [2, 0, 3, 1])],
+)
+async def test_one_claim_of_several_comes_in_the_discipline_s_order(
+    api: httpx.AsyncClient, clock: FakeClock, kind: str, expected: list[int]
+) -> None:
+    await api.post(f"{NS}/queues", json={"name": "q", "kind": kind})
+    for i, priority in enumerate([5, 1, 9, 5]):
+        await submit(api, "q", args=[i], kwargs={"priority": priority})
+        clock.advance(1)
+    worker = await hello(api, ["q"], capacity=4)
+    got = await claim(api, worker)
+    assert [g["args"][0] for g in got] == expected
+
+
+async def test_a_claim_leases_no_more_than_it_asks_for(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    for i in range(30):
+        await submit(api, "q", args=[i])
+        clock.advance(1)
+    worker = await hello(api, ["q"], capacity=16)
+    got = await claim(api, worker, max=3)
+    assert [g["args"][0] for g in got] == [0, 1, 2]
+    stats = (await api.get(f"{NS}/queues/q/stats")).json()["byState"]
+    assert (stats["running"], stats["pending"]) == (3, 27)
+
+
 async def test_priority_field_comes_from_kind_params(api: httpx.AsyncClient) -> None:
     await api.post(
         f"{NS}/queues",

@@ -233,14 +233,16 @@ async def long_poll(
     lease_s: float,
     recheck_s: float,
     gone: asyncio.Event | None = None,
+    tried: bool = False,
 ) -> list[dict[str, Any]]:
     """Return as soon as anything is claimable (up to ``limit``), or an empty list after
     ``wait_s``. Submits to the worker's own queues and to the siblings it may steal from
-    wake it; so does the end of its steal delay, when that is all that kept it waiting."""
+    wake it; so does the end of its steal delay, when that is all that kept it waiting.
+    ``tried``: the caller has just looked, and found nothing (see :func:`claim_in`)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     reach = worker.reach
-    if gone is None or not gone.is_set():
+    if not tried and (gone is None or not gone.is_set()):
         # a worker with a backlog is served at once, without setting up a wait
         attempt = await claim_once(store, worker, reach, limit, clock(), lease_s)
         if attempt.claimed or wait_s <= 0 or limit == 0:

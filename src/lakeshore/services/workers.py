@@ -281,9 +281,17 @@ async def claim(
     """Long-poll: return as soon as anything is claimable (up to the worker's free
     capacity), or an empty list after ``min(timeout_s ?? 20, 20)`` seconds. Own queues
     first; an idle worker may then steal from pool siblings (:mod:`.claims`)."""
-    worker = await _worker(store, caller, worker_id)
     wait = max(0.0, min(MAX_CLAIM_WAIT_S if timeout_s is None else timeout_s, MAX_CLAIM_WAIT_S))
-    limit = worker.max_invocations if max_count is None else max(0, max_count)
+    # the worker is looked up in the first attempt's transaction: a worker with a
+    # backlog is served in one transaction, without setting up a wait
+    async with store.write() as conn:
+        worker = await _worker_in(conn, caller, worker_id)
+        limit = worker.max_invocations if max_count is None else max(0, max_count)
+        first = None
+        if gone is None or not gone.is_set():
+            first = await claims.claim_in(conn, worker, worker.reach, limit, clock(), lease_s)
+    if first is not None and (first.claimed or wait <= 0 or limit == 0):
+        return first.claimed
     return await claims.long_poll(
         store,
         notifier,
@@ -294,6 +302,7 @@ async def claim(
         lease_s=lease_s,
         recheck_s=recheck_s,
         gone=gone,
+        tried=first is not None,
     )
 
 

@@ -51,6 +51,13 @@ _ORDER: dict[str, tuple[ColumnElement[Any], ...]] = {
 _RNG = random.Random()
 
 
+# ``_ORDER`` in Python, for rows a statement returned in no particular order
+def _in_order(kind: str, rows: Sequence[RowMapping]) -> list[RowMapping]:
+    if kind == "priority":
+        return sorted(rows, key=lambda r: (-r["priority"], r["created_at"], r["id"]))
+    return sorted(rows, key=lambda r: (r["created_at"], r["id"]), reverse=kind == "filo")
+
+
 def _is_pg(conn: AsyncConnection) -> bool:
     return conn.dialect.name == "postgresql"
 
@@ -198,24 +205,29 @@ async def claim(
     )
     if _is_pg(conn):
         query = query.with_for_update(skip_locked=True)
+    lease = update(invocations).values(
+        state="running",
+        worker_id=worker_id,
+        lease_expires_at=now + timedelta(seconds=lease_s),
+        started_at=now,
+        attempts=C.attempts + 1,
+    )
+    if not sampled:  # pick and lease in one statement; the rows come back unordered
+        # a CTE, materialized: a subquery with LIMIT … SKIP LOCKED may be run again
+        # within the statement on PostgreSQL, leasing more than ``limit``
+        picked = query.with_only_columns(C.id).cte("picked").prefix_with("MATERIALIZED")
+        done = await conn.execute(
+            lease.add_cte(picked)
+            .where(C.id.in_(select(picked.c.id)), C.state == "pending")
+            .returning(*invocations.c)
+        )
+        return _in_order(kind, done.mappings().all())
     rows = [(row[0], float(row[1])) for row in (await conn.execute(query)).all()]
-    if sampled:
-        ids = disciplines.boltzmann_pick(rows, limit, temperature, _RNG)
-    else:
-        ids = [invocation_id for invocation_id, _ in rows]
+    ids = disciplines.boltzmann_pick(rows, limit, temperature, _RNG)
     if not ids:
         return []
     claimed = await conn.execute(
-        update(invocations)
-        .where(C.id.in_(ids), C.state == "pending")
-        .values(
-            state="running",
-            worker_id=worker_id,
-            lease_expires_at=now + timedelta(seconds=lease_s),
-            started_at=now,
-            attempts=C.attempts + 1,
-        )
-        .returning(*invocations.c)
+        lease.where(C.id.in_(ids), C.state == "pending").returning(*invocations.c)
     )
     order = {invocation_id: i for i, invocation_id in enumerate(ids)}
     return sorted(claimed.mappings().all(), key=lambda row: order[row["id"]])
