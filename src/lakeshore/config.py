@@ -122,6 +122,10 @@ class Settings(BaseSettings):
         default="",
         validation_alias=AliasChoices("LAKESHORE_ALLOWED_SCALERS", "allowed_scalers"),
     )
+    metrics_public: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("LAKESHORE_METRICS_PUBLIC", "metrics_public"),
+    )
 
     @field_validator("admin_token")
     @classmethod

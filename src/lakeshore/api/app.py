@@ -20,6 +20,7 @@ from lakeshore.api.deps import AppState, Clock
 from lakeshore.api.head import HeadAsGet
 from lakeshore.api.inputs import TextOnly
 from lakeshore.api.limits import BodySizeLimit
+from lakeshore.api.measured import Measured
 from lakeshore.api.routes import (
     admin,
     daemons,
@@ -30,6 +31,9 @@ from lakeshore.api.routes import (
     providers,
     queues,
 )
+from lakeshore.api.routes import (
+    metrics as metrics_routes,
+)
 from lakeshore.api.routes import workers as worker_routes
 from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
@@ -39,6 +43,7 @@ from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
 from lakeshore.services.controller import Controller
 from lakeshore.services.invocations import RateLimiter
+from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
 from lakeshore.store import wakeups
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
@@ -105,6 +110,7 @@ def create_app(
     ``local_fleet`` (``lakeshore up``) registers the ``local`` provider and stops the
     daemons it launched when the server stops."""
     settings = settings or Settings()
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -132,6 +138,7 @@ def create_app(
             allowed_scalers=settings.scaler_paths,
             noop_retention_s=settings.elasticity_noop_retention_s,
             notifier=notifier,
+            metrics=metrics,
         )
         leadership: Leadership = (
             Replicas(url, settings.node_id) if url.get_backend_name() == "postgresql" else Solo()
@@ -147,6 +154,7 @@ def create_app(
             controller=controller,
             leadership=leadership,
             callers=auth.Callers(store, token),
+            metrics=metrics,
         )
         tasks = []
         if url.get_backend_name() == "postgresql":
@@ -197,9 +205,11 @@ def create_app(
     openapi.install(app)
     app.add_middleware(TextOnly)  # ids and names reach the store as text
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(HeadAsGet)  # added last, so outermost: all the rest see the GET
+    app.add_middleware(HeadAsGet)  # all the rest see the GET
+    app.add_middleware(Measured, metrics=metrics)  # outermost: every answer counted
     routers = (
         health.router,
+        metrics_routes.router,
         namespaces.router,
         queues.router,
         providers.router,

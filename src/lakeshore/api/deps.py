@@ -18,6 +18,7 @@ from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.controller import Controller
 from lakeshore.services.invocations import RateLimiter
+from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store.engine import Store
@@ -38,6 +39,7 @@ class AppState:
     controller: Controller
     leadership: Leadership
     callers: auth.Callers  # who the presented tokens name (remembered for a second)
+    metrics: Metrics
     namespaces: MutableMapping[str, Namespace] = field(  # found by name, remembered
         default_factory=lambda: TTLCache(auth.CALLERS_MAX, auth.CALLERS_TTL_S)
     )
@@ -81,5 +83,6 @@ async def _state(request: Request) -> AppState:
 
 
 State = Annotated[AppState, Depends(_state)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 Caller = Annotated[Principal, Depends(principal)]
 InNamespace = Annotated[Namespace, Depends(namespace)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from lakeshore.elasticity import plan
 from lakeshore.elasticity.snapshot import Key, Snapshot
 from lakeshore.services import scalers
 from lakeshore.services.fleet_ops import FleetOps, Launched, LaunchSpec, Prepared, Retired
+from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import launches as launch_store
@@ -40,6 +42,7 @@ Clock = Callable[[], datetime]
 DEFAULT_CALL_TIMEOUT_S = 10.0
 DEFAULT_NOOP_RETENTION_S = 86_400.0  # a day of no-ops; decisions that acted are kept
 PRUNE_EVERY = timedelta(minutes=1)
+NO_PROVIDER = "(none)"  # a victim no launch of the controller's started: the label it gets
 
 
 class Controller:
@@ -54,8 +57,10 @@ class Controller:
         allowed_scalers: Sequence[str] = (),
         noop_retention_s: float = DEFAULT_NOOP_RETENTION_S,
         notifier: Notifier | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.clock = clock
         self.server_url = server_url
         self.node_id = node_id
@@ -97,8 +102,13 @@ class Controller:
         """
         led = led or Led(unpinned=True, pinned=True)
         async with self._lock:
+            began = time.perf_counter()
             outcomes = await self._tick(led, budget_s)
-            return await asyncio.to_thread(_as_json, outcomes)  # 10,000 dicts: off the loop
+            decisions = await asyncio.to_thread(_as_json, outcomes)  # 10,000 dicts: off the loop
+            if self.metrics is not None:
+                self.metrics.tick_seconds.observe(time.perf_counter() - began)
+                self.metrics.count_decisions(decisions)
+            return decisions
 
     async def nudge(
         self, scopes: set[tuple[str, str]], led: Led, *, budget_s: float | None = None
@@ -108,7 +118,10 @@ class Controller:
         a scope the last tick left at zero, so scale-from-zero does not wait for the next
         tick; each such scope is nudged at most once until the next full tick."""
         async with self._lock:
-            return _as_json(await self._tick(led, budget_s, only=scopes))
+            decisions = _as_json(await self._tick(led, budget_s, only=scopes))
+            if self.metrics is not None:
+                self.metrics.count_decisions(decisions)
+            return decisions
 
     async def close(self) -> None:
         """Stop waiting for launches and kills still running from earlier ticks."""
@@ -262,7 +275,8 @@ class Controller:
                     not_idle = f"worker {step.victim} is {marked.status}; not killed"
                     outcomes[i] = Outcome(step.downgraded(not_idle), step.before(), detail)
                     continue
-                jobs[i] = self._kill(step, marked, registrations)
+                provider = (marked or {}).get("provider_name") or NO_PROVIDER
+                jobs[i] = self._counted(self._kill(step, marked, registrations), provider, "kill")
         wanted = []
         for i in launching:
             step, launch = steps[i], steps[i].launch
@@ -285,9 +299,23 @@ class Controller:
                 assert prepared.failure is not None
                 detail = {"provider": step.launch.provider}
                 outcomes[i] = Outcome(step.downgraded(prepared.failure), step.before(), detail)
+                self._count_call(step.launch.provider, "launch", ok=False)
             else:
-                jobs[i] = self._launch(step, prepared)
+                jobs[i] = self._counted(
+                    self._launch(step, prepared), step.launch.provider, "launch"
+                )
         return jobs, set(launching)
+
+    async def _counted(self, job: Awaitable[Outcome], provider: str, call: str) -> Outcome:
+        """``job``'s outcome, counted in the metrics as a ``call`` to ``provider`` that
+        did what the step asked, or did not."""
+        outcome = await job
+        self._count_call(provider, call, ok=outcome.step.action != "tick_noop")
+        return outcome
+
+    def _count_call(self, provider: str, call: str, *, ok: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.fleet_calls.labels(provider, call, "ok" if ok else "failed").inc()
 
     async def _launch(self, step: plan.Step, prepared: Prepared) -> Outcome:
         assert step.launch is not None

@@ -224,7 +224,7 @@ async def _workers(
     return dict(by_queue), capacity
 
 
-async def _headcount(conn: AsyncConnection) -> dict[str, tuple[int, int]]:
+async def headcount(conn: AsyncConnection) -> dict[str, tuple[int, int]]:
     """Per queue, its subscribed workers (retiring ones left out) and their capacity:
     counted by the database, one row per queue."""
     query = (
@@ -286,7 +286,7 @@ async def snapshot(
         capacity=capacity,
         counters=await load_counters(conn),
         in_flight=await launch_rows.in_flight_by_scope(conn, None, now),
-        headcount=await _headcount(conn),
+        headcount=await headcount(conn),
     )
 
 

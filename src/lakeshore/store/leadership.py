@@ -48,6 +48,12 @@ class Led:
 class Leadership(Protocol):
     async def try_lead(self) -> Led: ...
 
+    @property
+    def leads_cluster(self) -> bool:
+        """Whether this server leads the unpinned queues now (it exports the store's
+        gauges: see ``lakeshore.services.metrics``)."""
+        ...
+
     async def release(self) -> None: ...
 
 
@@ -56,6 +62,10 @@ class Solo:
 
     async def try_lead(self) -> Led:
         return Led(unpinned=True, pinned=True)
+
+    @property
+    def leads_cluster(self) -> bool:
+        return True
 
     async def release(self) -> None:
         return None
@@ -72,6 +82,10 @@ class Replicas:
             if node_id
             else None
         )
+
+    @property
+    def leads_cluster(self) -> bool:
+        return self.cluster.leading
 
     async def try_lead(self) -> Led:
         unpinned = await self.cluster.try_lead()

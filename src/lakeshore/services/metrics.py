@@ -1,0 +1,151 @@
+"""Prometheus metrics: what this server did (its own counters and histograms) and what the
+store holds (gauges read at a scrape).
+
+Two kinds, so that a sum over replicas is right (docs/observability.md):
+
+* **This replica's** — HTTP requests, controller ticks and decisions: each replica
+  counts what it served or ran, so summing over replicas gives the cluster's.
+* **The store's** — per queue pending, running, oldest pending age, daemons, capacity,
+  utilization, launches in flight: the same numbers on every replica, so only one
+  exports them. On SQLite that is the server; on PostgreSQL the replica that leads the
+  elasticity ticks of the unpinned queues (or, with the loop off, any that is asked).
+  ``lakeshore_store_gauges_exported`` is 1 on the replica that exports them.
+
+The store is read at most once per :data:`READ_EVERY_S` however many scrapers ask, in
+four grouped queries whatever the number of queues. Labels are bounded: namespace and
+queue names, route templates, actions and rules — never an invocation or worker id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from lakeshore.store import gauges as gauge_store
+from lakeshore.store.engine import Store
+
+READ_EVERY_S = 1.0
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    """One server's metrics (one per application, so two servers in one process — tests —
+    count apart)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.http_requests = Counter(
+            "lakeshore_http_requests",
+            "HTTP requests this replica answered, by route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.http_seconds = Histogram(
+            "lakeshore_http_request_duration_seconds",
+            "Time to answer an HTTP request (a claim's long-poll wait included).",
+            ["method", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.tick_seconds = Histogram(
+            "lakeshore_tick_duration_seconds",
+            "Duration of this replica's elasticity ticks.",
+            buckets=_TICK_BUCKETS,
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "lakeshore_decisions",
+            "Elasticity decisions this replica recorded, by action and rule.",
+            ["action", "rule"],
+            registry=self.registry,
+        )
+        self.fleet_calls = Counter(
+            "lakeshore_fleet_calls",
+            "Launches and kills this replica's controller carried out, by provider and "
+            "outcome (ok: the daemon was asked for or stopped; failed: the decision was "
+            "downgraded to a no-op with the reason).",
+            ["provider", "call", "outcome"],
+            registry=self.registry,
+        )
+        self._read_at: datetime | None = None
+        self._reading: list[gauge_store.QueueGauges] = []
+        self._read_lock = asyncio.Lock()
+
+    def count_decisions(self, outcomes: Iterable[dict[str, object]]) -> None:
+        """A tick's (or a nudge's) decisions, as the controller returns them."""
+        for outcome in outcomes:
+            action, rule = str(outcome.get("action")), str(outcome.get("rule") or "")
+            self.decisions.labels(action, rule).inc()
+
+    async def render(self, store: Store, now: datetime, *, export_store: bool) -> bytes:
+        """The exposition text: this replica's metrics, and the store's when it exports
+        them."""
+        reading = await self._read(store, now) if export_store else []
+        store_part = CollectorRegistry(auto_describe=False)
+        store_part.register(_StoreGauges(reading, now, export_store))
+        return generate_latest(self.registry) + generate_latest(store_part)
+
+    async def _read(self, store: Store, now: datetime) -> list[gauge_store.QueueGauges]:
+        async with self._read_lock:  # scrapers at once share one read
+            fresh = (
+                self._read_at is not None
+                and 0 <= (now - self._read_at).total_seconds() < READ_EVERY_S
+            )
+            if not fresh:
+                async with store.read() as conn:
+                    self._reading = await gauge_store.read(conn)
+                self._read_at = now
+            return self._reading
+
+
+class _StoreGauges(Collector):
+    def __init__(
+        self, reading: Sequence[gauge_store.QueueGauges], now: datetime, exported: bool
+    ) -> None:
+        self.reading, self.now, self.exported = reading, now, exported
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "lakeshore_store_gauges_exported",
+            "1 on the replica that exports the store's per-queue gauges, else 0.",
+            value=1 if self.exported else 0,
+        )
+        if not self.exported:
+            return
+        labels = ["namespace", "queue"]
+        families = {
+            name: GaugeMetricFamily(f"lakeshore_queue_{name}", words, labels=labels)
+            for name, words in (
+                ("pending", "Invocations waiting to be claimed (a retry's backoff included)."),
+                ("running", "Invocations leased to a worker."),
+                ("oldest_pending_age_seconds", "Age of the oldest pending invocation (0: none)."),
+                ("daemons", "Workers subscribed to the queue (retiring ones left out)."),
+                ("capacity", "Those workers' max_invocations, summed."),
+                ("utilization", "running / capacity (0 with no capacity)."),
+                ("launches_in_flight", "Launches asked of a provider, not yet said hello."),
+            )
+        }
+        for g in self.reading:
+            key = [g.namespace, g.queue]
+            age = 0.0
+            if g.oldest_pending_at is not None:
+                age = max(0.0, (self.now - g.oldest_pending_at).total_seconds())
+            values = {
+                "pending": g.pending,
+                "running": g.running,
+                "oldest_pending_age_seconds": age,
+                "daemons": g.daemons,
+                "capacity": g.capacity,
+                "utilization": g.running / g.capacity if g.capacity else 0.0,
+                "launches_in_flight": g.launches_in_flight,
+            }
+            for name, value in values.items():
+                families[name].add_metric(key, value)
+        yield from families.values()

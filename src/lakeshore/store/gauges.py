@@ -1,0 +1,79 @@
+"""What ``GET /metrics`` reads of the store at a scrape: per queue, its invocations by
+state, its oldest pending one, its daemons and its launches in flight — four grouped
+queries in one read, whatever the number of queues."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.store import controller as ctl_store
+from lakeshore.store.tables import invocations, launches, namespaces, queues
+
+INV = invocations.c
+Q = queues.c
+L = launches.c
+
+COUNTED_STATES = ("pending", "running")
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    namespace: str
+    queue: str
+    state: str  # the queue's: active, paused, draining
+    pending: int = 0
+    running: int = 0
+    oldest_pending_at: datetime | None = None
+    daemons: int = 0
+    capacity: int = 0  # the daemons' max_invocations, summed
+    launches_in_flight: int = 0  # a pooled queue's: its pool's
+
+
+async def read(conn: AsyncConnection) -> list[QueueGauges]:
+    """Every queue that is not archived, by namespace and name."""
+    named = select(
+        Q.id, Q.namespace_id, Q.name, Q.state, Q.pool, namespaces.c.name.label("namespace")
+    ).join(namespaces, namespaces.c.id == Q.namespace_id)
+    rows = (
+        await conn.execute(named.where(Q.state != "archived").order_by("namespace", Q.name))
+    ).all()
+    counts: dict[tuple[str, str], int] = {}
+    oldest: dict[str, datetime] = {}
+    by_state = (
+        select(INV.queue_id, INV.state, func.count(), func.min(INV.created_at))
+        .where(INV.state.in_(COUNTED_STATES))
+        .group_by(INV.queue_id, INV.state)
+    )
+    for queue_id, state, n, first in (await conn.execute(by_state)).all():
+        counts[(queue_id, state)] = int(n)
+        if state == "pending":
+            oldest[queue_id] = first
+    heads = await ctl_store.headcount(conn)
+    in_flight = (
+        select(L.namespace_id, L.scope, func.count())
+        .where(L.state == "in_flight")
+        .group_by(L.namespace_id, L.scope)
+    )
+    flying = {(ns, scope): int(n) for ns, scope, n in (await conn.execute(in_flight)).all()}
+    gauges = []
+    for queue_id, namespace_id, name, state, pool, namespace in rows:
+        daemons, capacity = heads.get(queue_id, (0, 0))
+        scope = f"pool:{pool}" if pool else name
+        gauges.append(
+            QueueGauges(
+                namespace=namespace,
+                queue=name,
+                state=state,
+                pending=counts.get((queue_id, "pending"), 0),
+                running=counts.get((queue_id, "running"), 0),
+                oldest_pending_at=oldest.get(queue_id),
+                daemons=daemons,
+                capacity=capacity,
+                launches_in_flight=flying.get((namespace_id, scope), 0),
+            )
+        )
+    return gauges

@@ -1,0 +1,155 @@
+"""``GET /metrics``: the exposition parsed as Prometheus would, its values checked against
+what the store holds (both stores)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+from prometheus_client.parser import text_string_to_metric_families
+
+from lakeshore.api.app import create_app
+from lakeshore.config import Settings
+from tests.conftest import FakeClock
+
+NS = "/v1/namespaces/default"
+W = "/v1/workers"
+SUBMIT_ROUTE = "/v1/namespaces/{ns}/queues/{name}/invocations"
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample, keyed by its name and sorted labels."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return found
+
+
+def queue_value(found: dict[Any, float], name: str, queue: str, ns: str = "default") -> float:
+    return found[(f"lakeshore_queue_{name}", (("namespace", ns), ("queue", queue)))]
+
+
+async def scrape(api: httpx.AsyncClient) -> dict[Any, float]:
+    response = await api.get("/metrics")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain")
+    return samples(response.text)
+
+
+async def test_queue_gauges_match_the_store(api: httpx.AsyncClient, clock: FakeClock) -> None:
+    for i in range(3):
+        created = await api.post(f"{NS}/queues/q/invocations", json={"fn": "m:f", "args": [i]})
+        assert created.status_code == 201
+        clock.advance(10)
+    await api.post(f"{NS}/queues", json={"name": "idle"})
+    hello = await api.post(
+        f"{W}/hello", json={"queues": ["q"], "capabilities": {"max_invocations": 4}}
+    )
+    worker = hello.json()["id"]
+    claimed = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0, "max": 1})
+    assert len(claimed.json()["invocations"]) == 1
+    clock.advance(5)
+
+    found = await scrape(api)
+    stats = (await api.get(f"{NS}/queues/q/stats")).json()["byState"]
+    assert queue_value(found, "pending", "q") == stats["pending"] == 2
+    assert queue_value(found, "running", "q") == stats["running"] == 1
+    # the oldest pending one is the second submitted: 10 s after the first, 25 s ago
+    assert queue_value(found, "oldest_pending_age_seconds", "q") == pytest.approx(25)
+    assert queue_value(found, "daemons", "q") == 1
+    assert queue_value(found, "capacity", "q") == 4
+    assert queue_value(found, "utilization", "q") == pytest.approx(0.25)
+    assert queue_value(found, "pending", "idle") == 0
+    assert queue_value(found, "oldest_pending_age_seconds", "idle") == 0
+    assert found[("lakeshore_store_gauges_exported", ())] == 1
+
+
+async def test_scrapes_within_a_second_share_one_read_of_the_store(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await api.post(f"{NS}/queues/q/invocations", json={"fn": "m:f"})
+    assert queue_value(await scrape(api), "pending", "q") == 1
+    await api.post(f"{NS}/queues/q/invocations", json={"fn": "m:f"})
+    clock.advance(0.5)
+    assert queue_value(await scrape(api), "pending", "q") == 1
+    clock.advance(0.5)
+    assert queue_value(await scrape(api), "pending", "q") == 2
+
+
+async def test_requests_are_counted_by_route_template(api: httpx.AsyncClient) -> None:
+    for _ in range(3):
+        await api.post(f"{NS}/queues/q/invocations", json={"fn": "m:f"})
+    await api.get("/v1/no/such/path")
+    found = await scrape(api)
+    key = ("method", "POST"), ("route", SUBMIT_ROUTE), ("status", "201")
+    assert found[("lakeshore_http_requests_total", key)] == 3
+    assert found[("lakeshore_http_request_duration_seconds_count", key[:2])] == 3
+    unmatched = ("method", "GET"), ("route", "(unmatched)"), ("status", "404")
+    assert found[("lakeshore_http_requests_total", unmatched)] == 1
+    assert not any("inv_" in value for _, labels in found for _, value in labels)
+
+
+async def test_ticks_decisions_and_launches_are_counted(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    for name, config in (("fk", {}), ("broken", {"fail_launch": "quota exceeded"})):
+        body = {"name": name, "kind": "fake", "config": config}
+        assert (await api.post(f"{NS}/providers", json=body)).status_code == 201
+    for name, provider in (("up", "fk"), ("down", "broken")):
+        spec = {
+            "name": name,
+            "providerRef": provider,
+            "elasticity": {"kind": "fully_elastic", "min": 0, "max": 1},
+        }
+        assert (await api.post(f"{NS}/queues", json=spec)).status_code == 201
+        await api.post(f"{NS}/queues/{name}/invocations", json={"fn": "m:f"})
+    before = await scrape(api)
+    ticked = await api.post("/v1/admin/elasticity/tick")
+    assert ticked.status_code == 200, ticked.text
+    decisions = {d["scope"]: d for d in ticked.json()["decisions"]}
+    clock.advance(1)  # the store is read again a second after the last scrape's read
+    assert (decisions["up"]["action"], decisions["down"]["action"]) == ("scale_up", "tick_noop")
+
+    after = await scrape(api)
+    assert after[("lakeshore_tick_duration_seconds_count", ())] == 1
+    total = "lakeshore_decisions_total"
+    counted = sum(v for (name, _), v in after.items() if name == total)
+    earlier = sum(v for (name, _), v in before.items() if name == total)
+    assert counted - earlier == len(decisions)
+    up = (("action", "scale_up"), ("rule", decisions["up"]["rule"] or ""))
+    assert after[(total, up)] == 1
+    calls = "lakeshore_fleet_calls_total"
+    ok = (("call", "launch"), ("outcome", "ok"), ("provider", "fk"))
+    failed = (("call", "launch"), ("outcome", "failed"), ("provider", "broken"))
+    assert (after[(calls, ok)], after[(calls, failed)]) == (1, 1)
+    assert queue_value(after, "launches_in_flight", "up") == 1
+    assert queue_value(after, "launches_in_flight", "down") == 0  # failed: resolved at once
+
+
+async def test_metrics_need_the_admin_token(api: httpx.AsyncClient) -> None:
+    anonymous = await api.get("/metrics", headers={"Authorization": ""})
+    assert anonymous.status_code == 401
+    issued = await api.post(f"{NS}/tokens", json={"name": "scraper"})
+    namespace_token = {"Authorization": f"Bearer {issued.json()['token']}"}
+    refused = await api.get("/metrics", headers=namespace_token)
+    assert refused.status_code == 403
+    assert "LAKESHORE_METRICS_PUBLIC" in refused.json()["error"]["message"]
+
+
+@pytest.fixture
+async def public_api(settings: Settings, clock: FakeClock) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings.model_copy(update={"metrics_public": True}), clock=clock)
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            yield client
+
+
+async def test_public_metrics_need_no_token(public_api: httpx.AsyncClient) -> None:
+    found = await scrape(public_api)
+    assert found[("lakeshore_store_gauges_exported", ())] == 1
+    assert (await public_api.get(f"{NS}/queues")).status_code == 401  # nothing else opens
