@@ -275,7 +275,7 @@ class Controller:
                     not_idle = f"worker {step.victim} is {marked.status}; not killed"
                     outcomes[i] = Outcome(step.downgraded(not_idle), step.before(), detail)
                     continue
-                provider = (marked or {}).get("provider_name") or NO_PROVIDER
+                provider = marked["provider_name"] if marked is not None else NO_PROVIDER
                 jobs[i] = self._counted(self._kill(step, marked, registrations), provider, "kill")
         wanted = []
         for i in launching:
