@@ -153,3 +153,50 @@ async def test_public_metrics_need_no_token(public_api: httpx.AsyncClient) -> No
     found = await scrape(public_api)
     assert found[("lakeshore_store_gauges_exported", ())] == 1
     assert (await public_api.get(f"{NS}/queues")).status_code == 401  # nothing else opens
+
+
+async def test_invocations_are_counted_with_their_wait_and_run_time(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    for i in range(3):
+        made = await api.post(f"{NS}/queues/q/invocations", json={"fn": "m:f", "key": f"k{i}"})
+        assert made.status_code == 201
+    again = await api.post(f"{NS}/queues/q/invocations", json={"fn": "m:f", "key": "k0"})
+    assert again.status_code == 200  # its key was taken: nothing new to count
+    batch = await api.post(
+        f"{NS}/queues/q/invocations/batch", json={"invocations": [{"fn": "m:f"}]}
+    )
+    assert batch.status_code == 201
+    hello = await api.post(
+        f"{W}/hello", json={"queues": ["q"], "capabilities": {"max_invocations": 8}}
+    )
+    worker = hello.json()["id"]
+    clock.advance(4)  # each waited 4 s
+    claimed = (await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})).json()
+    ids = [c["id"] for c in claimed["invocations"]]
+    assert len(ids) == 4
+    clock.advance(2)  # each ran 2 s
+    error = {"type": "Boom", "message": "no"}
+    results = [
+        {"id": ids[0], "result": 1},
+        {"id": ids[1], "error": error, "retry": True},
+        {"id": ids[2], "error": error, "retry": False},
+    ]
+    reported = await api.post(f"{W}/{worker}/results", json={"results": results})
+    assert reported.status_code == 200, reported.text
+    done = await api.post(f"{W}/{worker}/invocations/{ids[3]}/complete", json={"result": 2})
+    assert done.status_code == 200, done.text
+
+    clock.advance(1)
+    found = await scrape(api)
+    q = (("namespace", "default"), ("queue", "q"))
+    assert found[("lakeshore_invocations_submitted_total", q)] == 4
+    outcome = "lakeshore_invocation_outcomes_total"
+    for name, count in (("succeeded", 2), ("retried", 1), ("failed", 1)):
+        assert found[(outcome, tuple(sorted((*q, ("outcome", name)))))] == count
+    assert found[("lakeshore_invocation_wait_seconds_count", q)] == 4
+    assert found[("lakeshore_invocation_wait_seconds_sum", q)] == pytest.approx(16)
+    assert found[("lakeshore_invocation_run_seconds_count", q)] == 4
+    assert found[("lakeshore_invocation_run_seconds_sum", q)] == pytest.approx(8)
+    assert found[("lakeshore_invocation_wait_seconds_bucket", (("le", "5.0"), *q))] == 4
+    assert found[("lakeshore_invocation_wait_seconds_bucket", (("le", "2.5"), *q))] == 0

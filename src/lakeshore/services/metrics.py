@@ -21,10 +21,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from typing import Any
 
+from cachetools import LRUCache
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.store import gauges as gauge_store
 from lakeshore.store.engine import Store
@@ -32,6 +35,9 @@ from lakeshore.store.engine import Store
 READ_EVERY_S = 1.0
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+NAMES_KEPT = 100_000
+OUTCOME_OF = {"succeeded": "succeeded", "pending": "retried", "failed": "failed"}
 _TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -74,6 +80,37 @@ class Metrics:
             ["provider", "call", "outcome"],
             registry=self.registry,
         )
+        queue_labels = ["namespace", "queue"]
+        self.submitted = Counter(
+            "lakeshore_invocations_submitted",
+            "Invocations this replica created (a submit that found its key taken: none).",
+            queue_labels,
+            registry=self.registry,
+        )
+        self.outcomes = Counter(
+            "lakeshore_invocation_outcomes",
+            "Attempts that ended through this replica: succeeded, retried (failed, to run "
+            "again after its backoff) or failed (for good).",
+            [*queue_labels, "outcome"],
+            registry=self.registry,
+        )
+        self.wait_seconds = Histogram(
+            "lakeshore_invocation_wait_seconds",
+            "From submit to the first attempt's start, for the invocations this replica leased.",
+            queue_labels,
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.run_seconds = Histogram(
+            "lakeshore_invocation_run_seconds",
+            "From an attempt's start to its outcome, for the outcomes this replica recorded.",
+            queue_labels,
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        # names for the labels, looked up once per queue or namespace (names never change)
+        self._queue_names: LRUCache[str, tuple[str, str]] = LRUCache(NAMES_KEPT)
+        self._namespace_names: LRUCache[str, str] = LRUCache(NAMES_KEPT)
         self._read_at: datetime | None = None
         self._reading: list[gauge_store.QueueGauges] = []
         self._read_lock = asyncio.Lock()
@@ -83,6 +120,48 @@ class Metrics:
         for outcome in outcomes:
             action, rule = str(outcome.get("action")), str(outcome.get("rule") or "")
             self.decisions.labels(action, rule).inc()
+
+    # --- invocations ---------------------------------------------------------------------
+
+    async def queue_names(
+        self, conn: AsyncConnection, queue_ids: Iterable[str]
+    ) -> dict[str, tuple[str, str]]:
+        """Queue id → (namespace, queue) labels, read in ``conn`` for ids not seen yet."""
+        wanted = set(queue_ids)
+        missing = [q for q in wanted if q not in self._queue_names]
+        if missing:
+            self._queue_names.update(await gauge_store.queue_names(conn, missing))
+        return {q: self._queue_names[q] for q in wanted if q in self._queue_names}
+
+    async def namespace_name(self, store: Store, namespace_id: str) -> str | None:
+        name = self._namespace_names.get(namespace_id)
+        if name is None:
+            async with store.read() as conn:
+                name = await gauge_store.namespace_name(conn, namespace_id)
+            if name is not None:
+                self._namespace_names[namespace_id] = name
+        return name
+
+    def leased(self, namespace: str, invocations: Iterable[dict[str, Any]]) -> None:
+        """Invocations a claim returned (their JSON): the first attempts' wait."""
+        for inv in invocations:
+            if inv.get("attempts") == 1 and inv.get("started_at") and inv.get("created_at"):
+                waited = _at(inv["started_at"]) - _at(inv["created_at"])
+                self.wait_seconds.labels(namespace, inv["queue"]).observe(
+                    max(0.0, waited.total_seconds())
+                )
+
+    def ended(
+        self, labels: tuple[str, str], state: str, started_at: datetime | None, now: datetime
+    ) -> None:
+        """An attempt's outcome, recorded: ``state`` is the invocation's new one."""
+        outcome = OUTCOME_OF.get(state)
+        if outcome is None:
+            return
+        self.outcomes.labels(*labels, outcome).inc()
+        if started_at is not None:
+            ran = max(0.0, (now - started_at).total_seconds())
+            self.run_seconds.labels(*labels).observe(ran)
 
     async def render(self, store: Store, now: datetime, *, export_store: bool) -> bytes:
         """The exposition text: this replica's metrics, and the store's when it exports
@@ -149,3 +228,7 @@ class _StoreGauges(Collector):
             for name, value in values.items():
                 families[name].add_metric(key, value)
         yield from families.values()
+
+
+def _at(value: str) -> datetime:
+    return datetime.fromisoformat(value)

@@ -25,6 +25,7 @@ from lakeshore.services import claims
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.invocations import stream_key, to_json
+from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import launches as launch_store
@@ -277,6 +278,7 @@ async def claim(
     lease_s: float = LEASE_S,
     recheck_s: float = IDLE_RECHECK_S,
     gone: asyncio.Event | None = None,
+    metrics: Metrics | None = None,
 ) -> list[dict[str, Any]]:
     """Long-poll: return as soon as anything is claimable (up to the worker's free
     capacity), or an empty list after ``min(timeout_s ?? 20, 20)`` seconds. Own queues
@@ -291,19 +293,32 @@ async def claim(
         if gone is None or not gone.is_set():
             first = await claims.claim_in(conn, worker, worker.reach, limit, clock(), lease_s)
     if first is not None and (first.claimed or wait <= 0 or limit == 0):
-        return first.claimed
-    return await claims.long_poll(
-        store,
-        notifier,
-        worker,
-        wait_s=wait,
-        limit=limit,
-        clock=clock,
-        lease_s=lease_s,
-        recheck_s=recheck_s,
-        gone=gone,
-        tried=first is not None,
-    )
+        claimed = first.claimed
+    else:
+        claimed = await claims.long_poll(
+            store,
+            notifier,
+            worker,
+            wait_s=wait,
+            limit=limit,
+            clock=clock,
+            lease_s=lease_s,
+            recheck_s=recheck_s,
+            gone=gone,
+            tried=first is not None,
+        )
+    await _count_leased(store, metrics, worker.namespace_id, claimed)
+    return claimed
+
+
+async def _count_leased(
+    store: Store, metrics: Metrics | None, namespace_id: str, claimed: list[dict[str, Any]]
+) -> None:
+    if metrics is None or not claimed:
+        return
+    namespace = await metrics.namespace_name(store, namespace_id)
+    if namespace is not None:
+        metrics.leased(namespace, claimed)
 
 
 async def next_claimable_in_s(
@@ -372,6 +387,7 @@ async def complete(
     invocation_id: str,
     result: Any,
     now: datetime,
+    metrics: Metrics | None = None,
 ) -> dict[str, Any]:
     async with store.write() as conn:
         worker = await _worker_in(conn, caller, worker_id)
@@ -379,7 +395,9 @@ async def complete(
         if row is None:
             raise _not_held(invocation_id)
         await wakeups.publish(conn, [stream_key(invocation_id)])
+        counted = await _count_ended(conn, metrics, [row], now)
     notifier.notify([stream_key(invocation_id)])
+    counted()
     return to_json(row)
 
 
@@ -393,16 +411,40 @@ async def fail(
     *,
     retry: bool,
     now: datetime,
+    metrics: Metrics | None = None,
 ) -> dict[str, Any]:
     async with store.write() as conn:
         worker = await _worker_in(conn, caller, worker_id)
         row = await lease_store.fail(conn, invocation_id, worker.id, error, retry=retry, now=now)
         if row is not None:
             await wakeups.publish(conn, [stream_key(invocation_id)])
+        counted = await _count_ended(conn, metrics, [row] if row is not None else [], now)
     if row is None:
         raise _not_held(invocation_id)
     notifier.notify([stream_key(invocation_id)])
+    counted()
     return to_json(row)
+
+
+async def _count_ended(
+    conn: AsyncConnection, metrics: Metrics | None, rows: Sequence[RowMapping], now: datetime
+) -> Callable[[], None]:
+    """What to count once the transaction that recorded ``rows`` (each an attempt's
+    outcome: the invocation as it is now, its ``started_at`` that attempt's) commits."""
+    if metrics is None or not rows:
+        return lambda: None
+    labels = await metrics.queue_names(conn, [row["queue_id"] for row in rows])
+    ended = [
+        (labels[r["queue_id"]], r["state"], r["started_at"])
+        for r in rows
+        if r["queue_id"] in labels
+    ]
+
+    def count() -> None:
+        for label, state, started_at in ended:
+            metrics.ended(label, state, started_at, now)
+
+    return count
 
 
 async def bye(
@@ -430,6 +472,7 @@ async def report(
     claim: int,
     now: datetime,
     lease_s: float = LEASE_S,
+    metrics: Metrics | None = None,
 ) -> dict[str, Any]:
     """Many outcomes and (``claim`` > 0) a claim of up to that many more without waiting,
     in one transaction: a busy daemon's one round trip per batch. ``refused`` are the
@@ -442,8 +485,12 @@ async def report(
         # the worker's row first, then its invocations': the order a heartbeat takes
         # them in, so the two cannot deadlock on PostgreSQL
         seen = await worker_store.touch(conn, worker.id, now) if claim > 0 else None
-        states = await lease_store.report(conn, worker.id, reports, now)
+        held: dict[str, tuple[str, datetime | None]] = {}
+        states = await lease_store.report(conn, worker.id, reports, now, held_rows=held)
         await wakeups.publish(conn, [stream_key(i) for i in states])
+        labels = (
+            {} if metrics is None else await metrics.queue_names(conn, {held[i][0] for i in states})
+        )
         if claim > 0:
             try:
                 attempt = await claims.claim_in(
@@ -453,6 +500,12 @@ async def report(
             except (Gone, NotFound):  # raised before it wrote: the outcomes still commit
                 retired = True
     notifier.notify([stream_key(i) for i in states])
+    if metrics is not None:
+        for invocation_id, new_state in states.items():
+            queue_id, started_at = held[invocation_id]
+            if queue_id in labels:
+                metrics.ended(labels[queue_id], new_state, started_at, now)
+    await _count_leased(store, metrics, worker.namespace_id, claimed)
     answers: list[dict[str, Any]] = []
     for item in reports:
         if item.invocation_id in states:

@@ -4,6 +4,7 @@ queries in one read, whatever the number of queues."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -77,3 +78,22 @@ async def read(conn: AsyncConnection) -> list[QueueGauges]:
             )
         )
     return gauges
+
+
+async def queue_names(
+    conn: AsyncConnection, queue_ids: Sequence[str]
+) -> dict[str, tuple[str, str]]:
+    """Queue id → (namespace name, queue name), for the ids that exist."""
+    if not queue_ids:
+        return {}
+    query = (
+        select(Q.id, namespaces.c.name, Q.name)
+        .join(namespaces, namespaces.c.id == Q.namespace_id)
+        .where(Q.id.in_(list(queue_ids)))
+    )
+    return {queue_id: (ns, name) for queue_id, ns, name in (await conn.execute(query)).all()}
+
+
+async def namespace_name(conn: AsyncConnection, namespace_id: str) -> str | None:
+    query = select(namespaces.c.name).where(namespaces.c.id == namespace_id)
+    return (await conn.execute(query)).scalar_one_or_none()

@@ -96,22 +96,30 @@ async def fail(
 
 
 async def report(
-    conn: AsyncConnection, worker_id: str, reports: Sequence[Report], now: datetime
+    conn: AsyncConnection,
+    worker_id: str,
+    reports: Sequence[Report],
+    now: datetime,
+    *,
+    held_rows: dict[str, tuple[str, datetime | None]] | None = None,
 ) -> dict[str, str]:
     """Record many outcomes at once, each only if the worker still holds that invocation.
     Returns each recorded invocation's new state (``succeeded``, ``pending`` to run again
     after its backoff, or ``failed``); the ids missing from it were not held. A select and
-    at most three batched updates, whatever the number of reports."""
+    at most three batched updates, whatever the number of reports. ``held_rows``, when
+    given, is filled with each held invocation's queue id and start (for the metrics)."""
     if not reports:
         return {}
-    query = select(C.id, C.attempts, C.max_attempts).where(
+    query = select(C.id, C.attempts, C.max_attempts, C.queue_id, C.started_at).where(
         C.id.in_([r.invocation_id for r in reports]),
         C.worker_id == worker_id,
         C.state == "running",
     )
     if _is_pg(conn):
         query = query.with_for_update()
-    held = {row[0]: (row[1], row[2]) for row in (await conn.execute(query)).all()}
+    rows = (await conn.execute(query)).all()
+    held = {row[0]: (row[1], row[2]) for row in rows}
+    _note(held_rows, rows)
     states: dict[str, str] = {}
     done: list[dict[str, Any]] = []
     again: list[dict[str, Any]] = []
@@ -147,6 +155,11 @@ async def report(
         values = {"state": "failed", "error": error, "finished_at": now}
         await conn.execute(mine.values({**values, "lease_expires_at": None}), failed)
     return states
+
+
+def _note(held_rows: dict[str, tuple[str, datetime | None]] | None, rows: Sequence[Any]) -> None:
+    if held_rows is not None:
+        held_rows.update({row[0]: (row[3], row[4]) for row in rows})
 
 
 async def extend_leases(

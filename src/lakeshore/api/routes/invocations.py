@@ -50,7 +50,9 @@ async def submit(
         max_payload_bytes=state.settings.max_payload_bytes,
         caller=caller,
     )
-    if not created:
+    if created:
+        state.metrics.submitted.labels(ns.name, name).inc()
+    else:
         response.status_code = 200
     return invocation
 
@@ -83,6 +85,9 @@ async def submit_batch(
         max_payload_bytes=state.settings.max_payload_bytes,
         caller=caller,
     )
+    made = sum(1 for _, created in results if created)
+    if made:
+        state.metrics.submitted.labels(ns.name, name).inc(made)
     return {
         "invocations": [invocation for invocation, _ in results],
         "created": [created for _, created in results],

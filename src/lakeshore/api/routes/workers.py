@@ -77,6 +77,7 @@ async def claim(
             lease_s=state.settings.lease_s,
             recheck_s=state.settings.claim_recheck_s,
             gone=gone,
+            metrics=state.metrics,
         )
     finally:
         watcher.cancel()
@@ -156,7 +157,14 @@ async def complete(
         field="result",
     )
     return await worker_service.complete(
-        state.store, state.notifier, caller, worker_id, invocation_id, result, state.clock()
+        state.store,
+        state.notifier,
+        caller,
+        worker_id,
+        invocation_id,
+        result,
+        state.clock(),
+        metrics=state.metrics,
     )
 
 
@@ -174,6 +182,7 @@ async def fail(
         error,
         retry=body.retry,
         now=state.clock(),
+        metrics=state.metrics,
     )
 
 
@@ -238,6 +247,7 @@ async def report(worker_id: str, state: State, caller: Caller, body: ReportIn) -
         claim=body.claim,
         now=state.clock(),
         lease_s=state.settings.lease_s,
+        metrics=state.metrics,
     )
 
 
