@@ -12,8 +12,10 @@ from typing import Annotated
 import httpx
 import typer
 
+from lakeshore import logs
 from lakeshore.cli import context, output
 from lakeshore.cli.client import CliError
+from lakeshore.cli.server import Format, LogFormat
 from lakeshore.daemon import runner as runner_module
 from lakeshore.daemon.pool import PoolConfig
 from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
@@ -63,6 +65,7 @@ def run(
             max=10_000,
         ),
     ] = 1,
+    log_format: LogFormat = Format.text,
     prefetch: Annotated[
         int,
         typer.Option(
@@ -193,8 +196,7 @@ def run(
             runner_module.check_preload(module)
         except Exception as exc:  # whatever a module raises at import
             raise CliError(f"cannot preload {module}: {type(exc).__name__}: {exc}") from exc
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
+    logs.setup(log_format.value)  # httpx's line per request left out
     config = DaemonConfig(
         server=cli.server,
         token=token.strip(),
@@ -223,7 +225,11 @@ def run(
         raise CliError(str(exc)) from exc
     except httpx.TransportError as exc:
         raise CliError(f"cannot reach the Lakeshore server at {cli.server} ({exc})") from exc
-    output.note(f"daemon stopped: {daemon.completed} succeeded, {daemon.failed} failed")
+    summary = f"daemon stopped: {daemon.completed} succeeded, {daemon.failed} failed"
+    if log_format is Format.text:
+        output.note(summary)
+    else:  # every line a JSON object
+        logging.getLogger("lakeshore.daemon").info(summary, extra=logs.ids(worker=daemon.worker_id))
 
 
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]

@@ -3,6 +3,7 @@ with the ``local`` provider, for one machine)."""
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,6 +12,21 @@ import typer
 from lakeshore.cli import output
 from lakeshore.cli.client import CliError
 from lakeshore.defaults import DEFAULT_HOST, DEFAULT_PORT
+
+
+class Format(enum.StrEnum):
+    text = "text"
+    json = "json"
+
+
+LogFormat = Annotated[
+    Format,
+    typer.Option(
+        envvar="LAKESHORE_LOG_FORMAT",
+        help="text, or json: one object per line, the ids a line is about as fields "
+        "(docs/observability.md).",
+    ),
+]
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -58,10 +74,20 @@ def server(
         bool, typer.Option("--demo", help="Create a demo queue on start, for a first look.")
     ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_format: LogFormat = Format.text,
 ) -> None:
     """Run the Lakeshore server: migrates the store, then serves the API and runs the
     elasticity controller until Ctrl-C."""
-    serve(host, port, db, data_dir, demo=demo, log_level=log_level, local_fleet=False)
+    serve(
+        host,
+        port,
+        db,
+        data_dir,
+        demo=demo,
+        log_level=log_level,
+        log_format=log_format.value,
+        local_fleet=False,
+    )
 
 
 def up(
@@ -72,6 +98,7 @@ def up(
         typer.Option(help="Where the SQLite file, admin token and daemon logs live."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_format: LogFormat = Format.text,
 ) -> None:
     """Run everything on this machine: the server, the controller and the `local` provider
     (daemons as local processes), on the embedded SQLite store in the data dir unless
@@ -80,7 +107,16 @@ def up(
 
     Give a queue `--provider local` and an elasticity policy, submit work, and watch the
     fleet grow and shrink: `lakeshore queues events NAME`."""
-    serve(host, port, None, data_dir, demo=False, log_level=log_level, local_fleet=True)
+    serve(
+        host,
+        port,
+        None,
+        data_dir,
+        demo=False,
+        log_level=log_level,
+        log_format=log_format.value,
+        local_fleet=True,
+    )
 
 
 def _settings(host: str, port: int, db: str | None, data_dir: Path | None) -> Settings:
@@ -127,11 +163,14 @@ def serve(
     demo: bool,
     log_level: str,
     local_fleet: bool,
+    log_format: str = "text",
 ) -> None:
+    import logging
+
     import uvicorn
     from sqlalchemy.exc import DBAPIError
 
-    from lakeshore import runtime
+    from lakeshore import logs, runtime
     from lakeshore.api.app import create_app
     from lakeshore.errors import LakeshoreError
     from lakeshore.store.engine import parse_url, prepare
@@ -147,20 +186,30 @@ def serve(
     except (DBAPIError, OSError) as exc:
         reason = getattr(exc, "orig", None) or exc
         raise CliError(f"cannot open the store at {shown}: {reason}".strip()) from exc
+    logs.setup(log_format, log_level)
+    # the start-up lines: on the terminal as they are, or as log lines in json
+    note = output.note if log_format == "text" else logging.getLogger("lakeshore.server").info
     token_path = _admin_token_file(settings)
-    output.note(f"lakeshore server on http://{host}:{port}  (API docs: /docs)")
-    output.note(f"store: {shown}")
+    note(f"lakeshore server on http://{host}:{port}  (API docs: /docs)")
+    note(f"store: {shown}")
     if token_path:
-        output.note(f"admin token: {token_path}")
+        note(f"admin token: {token_path}")
     else:
-        output.note("admin token: from LAKESHORE_ADMIN_TOKEN")
+        note("admin token: from LAKESHORE_ADMIN_TOKEN")
     if demo:
-        output.note(
+        note(
             'demo queue "demo" (fully_elastic, 0-4 daemons); in another terminal: '
             "lakeshore queues show demo"
         )
     if local_fleet:
-        output.note(f"local provider: daemons run here, logs in {settings.data_dir / 'daemons'}")
+        note(f"local provider: daemons run here, logs in {settings.data_dir / 'daemons'}")
     app = create_app(settings, demo=demo, local_fleet=local_fleet)
     runtime.tune()  # see lakeshore.runtime: full collections stalled the loop in ticks
-    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=logs.config(log_format, log_level),  # uvicorn's lines in the same format
+        lifespan="on",
+    )

@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from lakeshore import logs
+
 log = logging.getLogger("lakeshore.daemon")
 
 MAX_ITEMS = 100
@@ -121,7 +123,12 @@ class Reporter:
             state = r.get("state") or r.get("refused", NOT_HELD)
             outcomes[r["id"]] = Answer(state, r.get("message", ""))
             if state == NOT_HELD:
-                log.warning("result for %s refused: %s", r["id"], r.get("message", ""))
+                log.warning(
+                    "result for %s refused: %s",
+                    r["id"],
+                    r.get("message", ""),
+                    extra=logs.ids(invocation=r["id"]),
+                )
         self._settle(batch, outcomes, Answer(NOT_HELD))
 
     async def _post(self, batch: list[_Pending]) -> httpx.Response | None:

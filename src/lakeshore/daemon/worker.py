@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from lakeshore import logs
 from lakeshore.daemon import linux, runner
 from lakeshore.daemon.pool import Pool, PoolConfig
 from lakeshore.daemon.reporter import Reporter
@@ -118,29 +119,40 @@ class Daemon:
             self.http = http
             info = await self._hello()
             self.worker_id = info["id"]
-            log.info("worker %s serving %s", self.worker_id, ", ".join(info["queues"]))
-            beat = asyncio.create_task(self._heartbeat(info["heartbeat_s"]), name="heartbeat")
-            self.reporter = Reporter(
-                http,
-                lambda: f"/v1/workers/{self.worker_id}/results",
-                free_after=self._free_after,
-                on_claimed=self._start_all,
-                retry_s=self.config.retry_s / 5,
+            queues = ", ".join(info["queues"])
+            log.info(
+                "worker %s serving %s",
+                self.worker_id,
+                queues,
+                extra=logs.ids(worker=self.worker_id),
             )
-            reports = asyncio.create_task(self.reporter.run(), name="reporter")
-            try:
-                await self._claim_loop()
-                await self._drain()
-                if not self.retired and not self.orphaned:
-                    await self._bye()
-            finally:
-                self.closing = True
-                for task in (beat, reports):
-                    await _cancelled(task)
-                for runner_ in (self.pool, self.threads):
-                    if runner_ is not None:
-                        await asyncio.to_thread(runner_.close)
-                self.executor.shutdown(wait=False, cancel_futures=True)
+            with logs.bound(worker=self.worker_id):  # every later line names the worker
+                return await self._serve_as(http, info)
+
+    async def _serve_as(self, http: httpx.AsyncClient, info: dict[str, Any]) -> int:
+        """Serve once registered: heartbeats, reports, claims, then drain and leave."""
+        beat = asyncio.create_task(self._heartbeat(info["heartbeat_s"]), name="heartbeat")
+        self.reporter = Reporter(
+            http,
+            lambda: f"/v1/workers/{self.worker_id}/results",
+            free_after=self._free_after,
+            on_claimed=self._start_all,
+            retry_s=self.config.retry_s / 5,
+        )
+        reports = asyncio.create_task(self.reporter.run(), name="reporter")
+        try:
+            await self._claim_loop()
+            await self._drain()
+            if not self.retired and not self.orphaned:
+                await self._bye()
+        finally:
+            self.closing = True
+            for task in (beat, reports):
+                await _cancelled(task)
+            for runner_ in (self.pool, self.threads):
+                if runner_ is not None:
+                    await asyncio.to_thread(runner_.close)
+            self.executor.shutdown(wait=False, cancel_futures=True)
         return 0
 
     async def _bye(self) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
+from lakeshore import logs
 from lakeshore.domain.scaling import Counters
 from lakeshore.elasticity import plan
 from lakeshore.elasticity.snapshot import Key, Snapshot
@@ -245,7 +246,14 @@ class Controller:
                 log.exception("a launch or kill that outlived its tick failed")
                 return
             step = outcome.step
-            log.info("%s %s: %s", step.unit.scope, step.action, step.decision.reason)
+            where = logs.ids(namespace=step.unit.namespace, queue=step.unit.scope)
+            log.info(
+                "%s %s: %s",
+                step.unit.scope,
+                step.action,
+                step.decision.reason,
+                extra={**where, "action": step.action},
+            )
             await self._record([outcome], {}, now)
 
         late = asyncio.create_task(finish())
@@ -324,7 +332,17 @@ class Controller:
         try:
             launched = await self.ops.start(prepared)
         except Exception as exc:  # the store failed around the call: this decision only
-            log.exception("launch %s for %s", prepared.launch_id, step.unit.scope)
+            log.exception(
+                "launch %s for %s",
+                prepared.launch_id,
+                step.unit.scope,
+                extra=logs.ids(
+                    namespace=step.unit.namespace,
+                    queue=step.unit.scope,
+                    launch=prepared.launch_id,
+                    provider=step.launch.provider,
+                ),
+            )
             failure = f"launch failed: {type(exc).__name__}: {exc}"
             return Outcome(step.downgraded(failure), before, detail)
         if launched.failure is not None:
@@ -349,7 +367,14 @@ class Controller:
                 registrations=registrations,
             )
         except Exception as exc:  # the store failed around the call: this decision only
-            log.exception("retiring %s for %s", step.victim, step.unit.scope)
+            log.exception(
+                "retiring %s for %s",
+                step.victim,
+                step.unit.scope,
+                extra=logs.ids(
+                    namespace=step.unit.namespace, queue=step.unit.scope, worker=step.victim
+                ),
+            )
             failure = f"kill failed: {type(exc).__name__}: {exc}"
             return Outcome(step.downgraded(failure), before, detail)
         if retired.failure is not None:

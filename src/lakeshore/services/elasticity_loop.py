@@ -23,6 +23,7 @@ import contextlib
 import logging
 from typing import Any, Final
 
+from lakeshore import logs
 from lakeshore.services.controller import Controller
 from lakeshore.store.leadership import Leadership, Led
 
@@ -90,4 +91,17 @@ class _Nudges:
 def _log(outcomes: list[dict[str, Any]]) -> None:
     for outcome in outcomes:
         if outcome["action"] != "tick_noop":
-            log.info("%s %s: %s", outcome["queueName"], outcome["action"], outcome["reason"])
+            log.info(
+                "%s %s: %s",
+                outcome["queueName"],
+                outcome["action"],
+                outcome["reason"],
+                extra=logs.ids(
+                    namespace=outcome.get("namespace"),
+                    queue=outcome["queueName"],
+                    action=outcome["action"],
+                    launch=outcome.get("launch_id"),
+                    provider=outcome.get("provider"),
+                    worker=outcome.get("victim"),
+                ),
+            )
