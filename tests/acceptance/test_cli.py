@@ -310,6 +310,26 @@ def test_tokens_create_prints_only_the_token_on_stdout(team_a: Team) -> None:
     assert "shown once" in team_a.issue.message
 
 
+def test_tokens_list_and_revoke_through_the_cli(cli: Cli) -> None:
+    ns = unique("tok")
+    assert cli.run("namespaces", "create", ns).returncode == 0
+    token = cli.run("tokens", "create", "-n", ns, "--name", "leaky").stdout.strip()
+    as_it = {"LAKESHORE_NAMESPACE": ns}
+    assert cli.run("queues", "list", token=token, env_extra=as_it).returncode == 0
+    [listed] = cli.run("tokens", "list", "-n", ns, "--json").json()
+    assert (listed["name"], listed["revokedAt"]) == ("leaky", None)
+    assert token not in cli.run("tokens", "list", "-n", ns).stdout
+    revoked = cli.run("tokens", "revoke", listed["id"], "-n", ns)
+    assert revoked.returncode == 0, revoked
+    assert f"token {listed['id']} revoked" in revoked.stdout
+    refused = cli.run("queues", "list", token=token, env_extra=as_it)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    table = cli.run("tokens", "list", "-n", ns).stdout
+    assert listed["id"] in table and "live" not in table
+    unknown = cli.run("tokens", "revoke", "tok_nope", "-n", ns)
+    assert unknown.returncode != 0 and "no token" in unknown.message, unknown
+
+
 def test_namespace_token_adds_and_lists_queues_in_its_namespace(
     cli: Cli, http: httpx.Client, team_a: Team
 ) -> None:

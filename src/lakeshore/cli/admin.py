@@ -1,4 +1,5 @@
-"""``lakeshore namespaces`` and ``lakeshore tokens`` (creating either takes the admin token)."""
+"""``lakeshore namespaces`` and ``lakeshore tokens`` (creating either, and listing or
+revoking tokens, takes the admin token)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typer
 from lakeshore.cli import context, output
 
 namespaces = typer.Typer(help="Create and list namespaces.", no_args_is_help=True)
-tokens = typer.Typer(help="Create namespace tokens.", no_args_is_help=True)
+tokens = typer.Typer(help="Create, list and revoke namespace tokens.", no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 
@@ -42,15 +43,16 @@ def list_namespaces(ctx: typer.Context, as_json: Json = False) -> None:
         )
 
 
+TokenNamespace = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="The token's namespace (default: the global one)."),
+]
+
+
 @tokens.command("create")
 def create_token(
     ctx: typer.Context,
-    namespace: Annotated[
-        str | None,
-        typer.Option(
-            "--namespace", "-n", help="Namespace the token opens (default: the global one)."
-        ),
-    ] = None,
+    namespace: TokenNamespace = None,
     name: Annotated[str | None, typer.Option("--name", help="A label for the token.")] = None,
     as_json: Json = False,
 ) -> None:
@@ -64,3 +66,47 @@ def create_token(
         return
     output.note(f"token for namespace {issued['namespace']} (shown once):")
     print(issued["token"])
+
+
+@tokens.command("list")
+def list_tokens(
+    ctx: typer.Context, namespace: TokenNamespace = None, as_json: Json = False
+) -> None:
+    """List a namespace's tokens, revoked ones included (admin token). Secrets are never
+    shown again: a token is known by its id and name."""
+    cli = context.get(ctx)
+    found = cli.client.request("GET", cli.ns_path("tokens", namespace=namespace or cli.namespace))
+    if as_json:
+        output.print_json(found["tokens"])
+        return
+    rows = [
+        [t["id"], t["name"] or "", t["createdAt"], t["revokedAt"] or "live"]
+        for t in found["tokens"]
+    ]
+    output.table(["id", "name", "created", "revoked"], rows)
+
+
+@tokens.command("revoke")
+def revoke_token(
+    ctx: typer.Context,
+    token_ids: Annotated[
+        list[str], typer.Argument(metavar="ID...", help="Token ids (lakeshore tokens list).")
+    ],
+    namespace: TokenNamespace = None,
+    as_json: Json = False,
+) -> None:
+    """Revoke tokens (admin token): refused from the next request on (within a second on
+    every server). Revoking a revoked token changes nothing."""
+    cli = context.get(ctx)
+    ns = namespace or cli.namespace
+    revoked = [
+        cli.client.request("DELETE", cli.ns_path("tokens", token_id, namespace=ns))
+        for token_id in token_ids
+    ]
+    if as_json:
+        output.print_json(revoked)
+        return
+    for token in revoked:
+        output.console.print(
+            f"token {token['id']} revoked at {token['revokedAt']}", markup=False, highlight=False
+        )

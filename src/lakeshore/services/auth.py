@@ -101,6 +101,12 @@ class Callers:
             TTLCache(CALLERS_MAX, ttl_s, timer=timer) if ttl_s > 0 else None
         )
 
+    def forget(self, token_id: str) -> None:
+        """Drop a token from this replica's memory (it was revoked here): refused from the
+        next request on; other replicas refuse it within ``ttl_s``."""
+        if self._known is not None:
+            self._known.pop(token_id, None)
+
     async def authenticate(self, presented: str | None) -> Principal:
         if not presented:
             raise Unauthorized("missing token: send Authorization: Bearer <token>")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import RowMapping
 from sqlalchemy.exc import IntegrityError
 
 from lakeshore.domain import tokens
@@ -102,6 +104,41 @@ async def list_visible(store: Store, principal: Principal) -> list[Namespace]:
         for r in rows
         if principal.can_see(r["name"])
     ]
+
+
+def token_json(row: RowMapping, namespace: str) -> dict[str, Any]:
+    """A token as listed: never its secret (shown once, at creation) nor its digest."""
+    revoked = row["revoked_at"]
+    return {
+        "id": row["id"],
+        "namespace": namespace,
+        "name": row["name"],
+        "createdAt": row["created_at"].isoformat(),
+        "revokedAt": revoked.isoformat() if revoked is not None else None,
+    }
+
+
+async def list_tokens(store: Store, principal: Principal, namespace: str) -> list[dict[str, Any]]:
+    principal.require_admin("list tokens")
+    ns = await resolve(store, principal, namespace)
+    async with store.read() as conn:
+        rows = await ns_store.namespace_tokens(conn, ns.id)
+    return [token_json(row, ns.name) for row in rows]
+
+
+async def revoke_token(
+    store: Store, principal: Principal, namespace: str, token_id: str, now: datetime
+) -> dict[str, Any]:
+    """Revoke a namespace token (admin); 404 for a token the namespace does not have."""
+    principal.require_admin("revoke tokens")
+    ns = await resolve(store, principal, namespace)
+    row = None
+    if len(token_id) <= 64:
+        async with store.write() as conn:
+            row = await ns_store.revoke_namespace_token(conn, ns.id, token_id, now)
+    if row is None:
+        raise NotFound(f'namespace "{ns.name}" has no token "{token_id}"', field="token")
+    return token_json(row, ns.name)
 
 
 async def issue_token(

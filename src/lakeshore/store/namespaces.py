@@ -81,3 +81,33 @@ async def bind_token(conn: AsyncConnection, token_id: str, worker_id: str) -> bo
 
 async def revoke_token(conn: AsyncConnection, token_id: str, now: datetime) -> None:
     await conn.execute(update(tokens).where(tokens.c.id == token_id).values(revoked_at=now))
+
+
+TOKEN_FIELDS = (tokens.c.id, tokens.c.name, tokens.c.created_at, tokens.c.revoked_at)
+
+
+async def namespace_tokens(conn: AsyncConnection, namespace_id: str) -> list[RowMapping]:
+    """A namespace's own tokens (not those minted for launched daemons), live and
+    revoked, oldest first; never their digests."""
+    query = (
+        select(*TOKEN_FIELDS)
+        .where(tokens.c.namespace_id == namespace_id, tokens.c.kind == "namespace")
+        .order_by(tokens.c.created_at, tokens.c.id)
+    )
+    return list((await conn.execute(query)).mappings())
+
+
+async def revoke_namespace_token(
+    conn: AsyncConnection, namespace_id: str, token_id: str, now: datetime
+) -> RowMapping | None:
+    """Revoke one of the namespace's own tokens (a second revoke keeps the first time);
+    the token as it is now, or None when the namespace has no such token."""
+    mine = (
+        tokens.c.id == token_id,
+        tokens.c.namespace_id == namespace_id,
+        tokens.c.kind == "namespace",
+    )
+    await conn.execute(
+        update(tokens).where(*mine, tokens.c.revoked_at.is_(None)).values(revoked_at=now)
+    )
+    return (await conn.execute(select(*TOKEN_FIELDS).where(*mine))).mappings().first()

@@ -1,4 +1,5 @@
-"""Namespaces and their tokens (creating either takes the admin token)."""
+"""Namespaces and their tokens (creating either, listing or revoking tokens takes the
+admin token)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,21 @@ async def create_token(
         state.store, caller, ns, body.name if body else None, state.clock()
     )
     return issued.to_json()
+
+
+@router.get("/{ns}/tokens", summary="List a namespace's tokens, revoked ones included (admin)")
+async def list_tokens(ns: str, state: State, caller: Caller) -> dict[str, Any]:
+    """Each token's ``id``, ``name``, ``createdAt`` and ``revokedAt`` (null while it is
+    live), oldest first; never a secret. Tokens minted for launched daemons are not
+    listed (the controller revokes each when its daemon is stopped)."""
+    return {"tokens": await ns_service.list_tokens(state.store, caller, ns)}
+
+
+@router.delete("/{ns}/tokens/{token_id}", summary="Revoke a namespace token (admin)")
+async def revoke_token(ns: str, token_id: str, state: State, caller: Caller) -> dict[str, Any]:
+    """From the next request on this server, and within a second on every replica, the
+    token is refused (401). Revoking a revoked token changes nothing (its ``revokedAt``
+    stays); the record is kept, so ``GET …/tokens`` still shows it."""
+    revoked = await ns_service.revoke_token(state.store, caller, ns, token_id, state.clock())
+    state.callers.forget(token_id)
+    return revoked
