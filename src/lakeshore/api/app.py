@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import URL
 
 from lakeshore import __version__, files
@@ -35,6 +36,8 @@ from lakeshore.api.routes import (
     metrics as metrics_routes,
 )
 from lakeshore.api.routes import workers as worker_routes
+from lakeshore.api.ui import pages as ui_pages
+from lakeshore.api.ui.session import Sessions
 from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
 from lakeshore.services import auth, elasticity_loop, reaper
@@ -45,6 +48,7 @@ from lakeshore.services.controller import Controller
 from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
+from lakeshore.services.overview import Overview
 from lakeshore.store import wakeups
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 from lakeshore.store.leadership import Leadership, Replicas, Solo
@@ -129,6 +133,7 @@ def create_app(
         if demo:
             await _create_demo_queue(store, clock())
         notifier = Notifier()
+        overview = Overview(store, clock)
         controller = Controller(
             store,
             clock=clock,
@@ -155,6 +160,8 @@ def create_app(
             leadership=leadership,
             callers=auth.Callers(store, token),
             metrics=metrics,
+            overview=overview,
+            sessions=Sessions(token),
         )
         tasks = []
         if url.get_backend_name() == "postgresql":
@@ -187,6 +194,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await controller.close()
+            await overview.close()
             if local_fleet:
                 await local_fleet_service.stop_all(store, clock())
             await store.close()
@@ -221,4 +229,7 @@ def create_app(
     )
     for router in routers:
         app.include_router(router)
+    app.include_router(ui_pages.router)
+    static = StaticFiles(packages=[("lakeshore.api.ui", "static")])
+    app.mount("/ui/static", static, name="ui-static")
     return app

@@ -12,6 +12,7 @@ from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from lakeshore.api.ui.session import Sessions
 from lakeshore.config import Settings
 from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
@@ -21,6 +22,7 @@ from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
+from lakeshore.services.overview import Overview
 from lakeshore.store.engine import Store
 from lakeshore.store.leadership import Leadership
 
@@ -40,6 +42,8 @@ class AppState:
     leadership: Leadership
     callers: auth.Callers  # who the presented tokens name (remembered for a second)
     metrics: Metrics
+    overview: Overview  # the dashboard's shared read
+    sessions: Sessions  # the dashboard's sign-ins
     namespaces: MutableMapping[str, Namespace] = field(  # found by name, remembered
         default_factory=lambda: TTLCache(auth.CALLERS_MAX, auth.CALLERS_TTL_S)
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import RowMapping, select
+from sqlalchemy import RowMapping, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.store.tables import elasticity_events
@@ -45,3 +45,12 @@ async def latest(conn: AsyncConnection, namespace_id: str, scope: str) -> RowMap
         .limit(1)
     )
     return (await conn.execute(query)).mappings().first()
+
+
+async def latest_everywhere(conn: AsyncConnection) -> dict[tuple[str, str], RowMapping]:
+    """The newest event of every scope of every namespace, by (namespace id, scope): one
+    grouped query, whatever the number of queues."""
+    newest = select(func.max(E.id)).group_by(E.namespace_id, E.queue_name)
+    query = select(elasticity_events).where(E.id.in_(newest))
+    rows = (await conn.execute(query)).mappings()
+    return {(row["namespace_id"], row["queue_name"]): row for row in rows}

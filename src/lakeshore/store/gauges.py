@@ -32,6 +32,8 @@ class QueueGauges:
     daemons: int = 0
     capacity: int = 0  # the daemons' max_invocations, summed
     launches_in_flight: int = 0  # a pooled queue's: its pool's
+    namespace_id: str = ""
+    scope: str = ""  # the queue's name, or ``pool:<name>`` for a queue in a pool
 
 
 async def read(conn: AsyncConnection) -> list[QueueGauges]:
@@ -75,6 +77,8 @@ async def read(conn: AsyncConnection) -> list[QueueGauges]:
                 daemons=daemons,
                 capacity=capacity,
                 launches_in_flight=flying.get((namespace_id, scope), 0),
+                namespace_id=namespace_id,
+                scope=scope,
             )
         )
     return gauges

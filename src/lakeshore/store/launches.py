@@ -235,3 +235,16 @@ async def live_on(conn: AsyncConnection, provider_kind: str) -> list[RowMapping]
         )
     )
     return list((await conn.execute(query)).mappings())
+
+
+async def in_flight_for_namespace(
+    conn: AsyncConnection, namespace_id: str, now: datetime, limit: int = 200
+) -> list[RowMapping]:
+    """A namespace's unexpired in-flight launches (booting daemons), oldest first."""
+    query = (
+        select(launches)
+        .where(L.namespace_id == namespace_id, L.state == "in_flight", L.expires_at > now)
+        .order_by(L.created_at, L.id)
+        .limit(limit)
+    )
+    return list((await conn.execute(query)).mappings())
