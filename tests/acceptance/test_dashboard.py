@@ -66,7 +66,7 @@ def chromium() -> Iterator[Browser]:
 def page(
     chromium: Browser, server: LakeshoreServer, request: pytest.FixtureRequest
 ) -> Iterator[Page]:
-    """A fresh browser context (no cookies) at 1280×800 that records requests to any other
+    """A fresh browser context (no cookies) at 1280x800 that records requests to any other
     origin; its screenshot is saved when the test ends."""
     context = chromium.new_context(viewport={"width": 1280, "height": 800})
     context.set_default_timeout(WAIT_MS)
