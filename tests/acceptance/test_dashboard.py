@@ -83,6 +83,12 @@ def page(
         context.close()
 
 
+def shot(page: Page, name: str, *, full: bool = False) -> None:
+    """A screenshot of the page now (docs/dashboard.md shows some)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full)
+
+
 def sign_in(page: Page, server: LakeshoreServer, token: str) -> None:
     page.goto(f"{server.url}/ui")
     page.fill("#token", token)
@@ -149,7 +155,10 @@ def test_the_pending_count_falls_while_a_daemon_drains_the_queue(
         deadline = time.monotonic() + 90
         while 0 not in seen and time.monotonic() < deadline:
             page.wait_for_timeout(500)  # the page updates itself every few seconds
-            seen.add(int(cell.inner_text()))
+            pending = int(cell.inner_text())
+            if 0 < pending < 40 and not any(0 < n < 40 for n in seen):
+                shot(page, "queues")  # mid-drain
+            seen.add(pending)
         assert 0 in seen, (seen, (tmp_path / "daemon.log").read_text())
         assert any(0 < n < 40 for n in seen), seen  # watched it fall, not only jump
     finally:
@@ -183,10 +192,12 @@ def test_the_timeline_shows_a_scale_up_with_its_reason(
     event = page.locator("#decisions li[data-action=scale_up]").first
     assert scaled[-1]["reason"] in event.inner_text()
     assert page.locator("#decisions li[data-action=tick_noop]").count() == 0
+    shot(page, "queue", full=True)
     page.check("#verbose")  # the no-ops, as --verbose shows them
     page.wait_for_selector("#decisions li[data-action=tick_noop]")
     page.goto(f"{server.url}/ui/ns/default/fleet")
     assert "dry-run" in page.inner_text("#providers")
+    shot(page, "fleet")
 
 
 def test_a_change_without_the_csrf_token_is_refused(

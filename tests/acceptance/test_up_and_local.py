@@ -207,6 +207,11 @@ def test_the_demo_runs_and_leaves_nothing_behind(tmp_path: Path) -> None:
         assert found, output
         scratch = Path(found.group(1))
         assert done.returncode == 0, output
+        assert re.search(
+            r"watch it in a browser: http://127\.0\.0\.1:\d+/ui/ns/default/queues/demo "
+            r"\(sign in with this demo's admin token: \S+\)",
+            output,
+        ), output
         summary = re.search(
             r"(\d+) invocations succeeded, (\d+) failed, in [\d.]+ s; peak daemons (\d+); "
             r"daemons now (\d+) \(\+(\d+) booting\)",

@@ -194,6 +194,12 @@ def demo(
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the scratch data dir (logs, SQLite file).")
     ] = False,
+    stay: Annotated[
+        bool,
+        typer.Option(
+            "--stay", help="After the summary, keep serving (the dashboard) until Ctrl-C."
+        ),
+    ] = False,
 ) -> None:
     """Watch an elastic queue at work: `lakeshore up` on a scratch dir, a fully_elastic
     queue (local provider, 0 to MAX daemons), a few hundred invocations, the fleet growing
@@ -205,12 +211,18 @@ def demo(
     process = _start(scratch, port, interval_s=1.0)
     try:
         token = _wait_healthy(process, url, scratch)
+        output.note(
+            f"watch it in a browser: {url}/ui/ns/default/queues/{QUEUE} "
+            f"(sign in with this demo's admin token: {token})"
+        )
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
             _setup(http, invocations, max_daemons, seconds)
             progress = Progress(total=invocations)
             settled = _watch(http, progress, timeout)
             _summary(http, progress, time.monotonic() - progress.started)
+        if stay:
+            _stay(url)
         if not settled:
             raise CliError(f"the demo did not settle within {timeout:.0f} s (logs: {scratch})")
     except httpx.HTTPError as exc:
@@ -222,6 +234,13 @@ def demo(
     output.note(
         "stopped the server and its daemons" + (f"; data kept in {scratch}" if keep else "")
     )
+
+
+def _stay(url: str) -> None:
+    output.note(f"still serving {url}/ui; Ctrl-C stops it")
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)
 
 
 def _watch(http: httpx.Client, progress: Progress, timeout: float) -> bool:

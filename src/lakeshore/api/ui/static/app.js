@@ -35,9 +35,9 @@ function startChart(canvas) {
   const chart = new Chart(canvas, {
     type: "line",
     data: { labels: [], datasets: [
-      { label: "pending", data: [], borderColor: "#9a6700", tension: 0.2, pointRadius: 0 },
-      { label: "running", data: [], borderColor: "#1f6feb", tension: 0.2, pointRadius: 0 },
-      { label: "daemons", data: [], borderColor: "#1a7f37", tension: 0, stepped: true, pointRadius: 0 },
+      { label: "pending", data: [], borderColor: "#9a6700", tension: 0.2, pointRadius: 2 },
+      { label: "running", data: [], borderColor: "#1f6feb", tension: 0.2, pointRadius: 2 },
+      { label: "daemons", data: [], borderColor: "#1a7f37", tension: 0, stepped: true, pointRadius: 2 },
     ] },
     options: { animation: false, maintainAspectRatio: false, responsive: true,
                scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } },
