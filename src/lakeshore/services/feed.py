@@ -115,7 +115,9 @@ async def pool_events(
     )
 
 
-async def explain(store: Store, ns: Namespace, name: str, now: datetime) -> dict[str, Any]:
+async def explain(
+    store: Store, ns: Namespace, name: str, now: datetime, *, by_state: bool = True
+) -> dict[str, Any]:
     """The latest decision for the queue (or its pool), its signals, the rule, what
     would have to change for it to scale, and what the next tick would decide now.
 
@@ -124,8 +126,9 @@ async def explain(store: Store, ns: Namespace, name: str, now: datetime) -> dict
     not tick by itself: its pool does, with the policy of the pool's first active member
     and the provider of the first member that names one. The answer gives those (not the
     queue's own), the pool's members, and a line for each member whose policy the pool
-    ignores."""
-    queue, reading, counts = await queue_service.read_scope(store, ns, name, now)
+    ignores. ``by_state=False`` leaves out the queue's counts of every state (``byState``
+    is then None), which read all of its invocations."""
+    queue, reading, counts = await queue_service.read_scope(store, ns, name, now, by_state=by_state)
     step = reading.step
     pool_name = queue.spec.elasticity.pool if queue.spec.elasticity else None
     async with store.read() as conn:

@@ -171,16 +171,19 @@ async def stats(store: Store, ns: Namespace, name: str, now: datetime) -> dict[s
 
 
 async def read_scope(
-    store: Store, ns: Namespace, name: str, now: datetime
-) -> tuple[Queue, scopes.Reading, dict[str, int]]:
-    """The queue, its scope as the plan reads it now, and its invocations by state."""
+    store: Store, ns: Namespace, name: str, now: datetime, *, by_state: bool = True
+) -> tuple[Queue, scopes.Reading, dict[str, int] | None]:
+    """The queue, its scope as the plan reads it now, and its invocations by state (None
+    unless ``by_state``: that count reads every invocation the queue ever had)."""
     async with store.read() as conn:
         queue = await _load(conn, ns, name)
-        counts = await queue_store.invocation_counts(conn, queue.id)
+        counts = await queue_store.invocation_counts(conn, queue.id) if by_state else None
     return queue, await scopes.read(store, ns, queue, now), counts
 
 
-def stats_json(queue: Queue, reading: scopes.Reading, counts: dict[str, int]) -> dict[str, Any]:
+def stats_json(
+    queue: Queue, reading: scopes.Reading, counts: dict[str, int] | None
+) -> dict[str, Any]:
     """``stats``' answer.
 
     Utilization counts the server's own running leases against the fleet's capacity,
@@ -204,7 +207,9 @@ def stats_json(queue: Queue, reading: scopes.Reading, counts: dict[str, int]) ->
             "consecutiveAbove": reading.counters.above,
             "consecutiveBelow": reading.counters.below,
         },
-        "byState": {
+        "byState": None
+        if counts is None
+        else {
             state: counts.get(state, 0)
             for state in ("pending", "running", "succeeded", "failed", "cancelled", "expired")
         },

@@ -159,11 +159,8 @@ async def list_for_queue(
     query = select(invocations).where(C.queue_id == queue_id)
     if states:
         query = query.where(C.state.in_(states))
-    if before is not None:
-        created, last_id = before
-        query = query.where(
-            or_(C.created_at < created, and_(C.created_at == created, C.id < last_id))
-        )
+    if before is not None:  # a row value: both stores walk the index from there
+        query = query.where(tuple_(C.created_at, C.id) < tuple(before))
     query = query.order_by(C.created_at.desc(), C.id.desc()).limit(limit)
     return list((await conn.execute(query)).mappings())
 

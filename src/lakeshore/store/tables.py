@@ -170,8 +170,10 @@ invocations = Table(
     Column("finished_at", UTCDateTime(), nullable=True),
     # idempotency: a key is unique per namespace + queue (a queue id implies both)
     UniqueConstraint("queue_id", "key"),
-    # pending count per queue, and per-state counts for stats
-    Index(None, "queue_id", "state"),
+    # per-state counts for stats, and a queue's invocations of some states, newest first
+    Index(None, "queue_id", "state", "created_at", "id"),
+    # a queue's invocations, newest first, a page at a time (by keyset)
+    Index(None, "queue_id", "created_at", "id"),
     # next claimable invocation per queue (fifo / filo): only pending rows are indexed
     Index(
         "ix_invocations_claimable",

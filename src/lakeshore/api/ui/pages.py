@@ -333,7 +333,7 @@ async def queue_page(
 ) -> Response:
     state = who.state
     queue = await queue_service.get(state.store, who.ns, name)
-    explained = await feed_service.explain(state.store, who.ns, name, who.now)
+    explained = await feed_service.explain(state.store, who.ns, name, who.now, by_state=False)
     if _live(request):
         return who.page(request, "_queue_summary.html", queue=queue, explain=explained)
     events = await feed_service.queue_events(state.store, who.ns, name, verbose=verbose, limit=PAGE)
