@@ -250,3 +250,51 @@ async def test_the_fleet_page_lists_daemons_and_providers(
     page = await browser.get("/ui/ns/default/fleet")
     assert page.status_code == 200
     assert "dry" in page.text and "no daemon" in page.text
+
+
+async def test_retry_and_bulk_buttons_need_csrf_and_change_the_store(
+    api: httpx.AsyncClient, browser: httpx.AsyncClient
+) -> None:
+    made = [
+        (await api.post(f"{NS}/queues/ui-retry/invocations", json={"fn": "m:f"})).json()
+        for _ in range(3)
+    ]
+    hello = await api.post(
+        "/v1/workers/hello", json={"queues": ["ui-retry"], "capabilities": {"max_invocations": 3}}
+    )
+    worker = hello.json()["id"]
+    claimed = await api.post(f"/v1/workers/{worker}/claim", json={"timeout_s": 0, "max": 3})
+    results = [
+        {
+            "id": i["id"],
+            "error": {"type": "E", "message": "m", "traceback": "Trace!"},
+            "retry": False,
+        }
+        for i in claimed.json()["invocations"]
+    ]
+    assert (await api.post(f"/v1/workers/{worker}/results", json={"results": results})).is_success
+    await sign_in(browser, ADMIN_TOKEN)
+    first = made[0]["id"]
+    detail = await browser.get(f"/ui/ns/default/invocations/{first}")
+    assert 'id="retry"' in detail.text and "Trace!" in detail.text
+
+    refused = await browser.post(f"/ui/ns/default/invocations/{first}/retry")
+    assert refused.status_code == 403
+    retried = await browser.post(
+        f"/ui/ns/default/invocations/{first}/retry", data={"csrf": csrf_of(detail)}
+    )
+    assert retried.status_code == 303
+    assert (await api.get(f"{NS}/invocations/{first}")).json()["state"] == "pending"
+
+    bulk = await browser.post(
+        "/ui/ns/default/queues/ui-retry/bulk",
+        data={"csrf": csrf_of(detail), "action": "retry_failed"},
+    )
+    assert bulk.status_code == 303
+    assert bulk.headers["location"].endswith("?touched=2&did=retried")
+    page = await browser.get(bulk.headers["location"])
+    assert "2 invocation(s) retried" in page.text
+    bad = await browser.post(
+        "/ui/ns/default/queues/ui-retry/bulk", data={"csrf": csrf_of(detail), "action": "drop"}
+    )
+    assert bad.status_code == 422

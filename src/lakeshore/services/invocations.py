@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore import logs
 from lakeshore.domain import access, admission, cursors, jsonsafe
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.invocations import Submit, parse_submit, priority_of
@@ -23,6 +25,8 @@ from lakeshore.store import invocations as inv_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store import wakeups
 from lakeshore.store.engine import Store
+
+log = logging.getLogger("lakeshore.invocations")
 
 MAX_BATCH = 1000
 DEFAULT_PAGE = 100
@@ -266,6 +270,22 @@ async def require_access(
         caller.require_access(queue.spec.auth_policy, action, queue.name)
 
 
+async def _queue_for(
+    conn: AsyncConnection,
+    ns: Namespace,
+    name: str,
+    caller: Principal | None,
+    action: access.Action,
+) -> Queue:
+    """The queue ``name`` (404 if there is none), if ``caller`` may do ``action`` (403)."""
+    queue = await queue_store.get_queue(conn, ns.id, name) if is_valid_name(name) else None
+    if queue is None:
+        raise NotFound(f'queue "{name}" not found', field="name")
+    if caller is not None:
+        caller.require_access(queue.spec.auth_policy, action, queue.name)
+    return queue
+
+
 async def list_for_queue(
     store: Store,
     ns: Namespace,
@@ -278,15 +298,7 @@ async def list_for_queue(
 ) -> dict[str, Any]:
     before = cursors.parse(cursor)
     async with store.read() as conn:
-        queue = (
-            await queue_store.get_queue(conn, ns.id, queue_name)
-            if is_valid_name(queue_name)
-            else None
-        )
-        if queue is None:
-            raise NotFound(f'queue "{queue_name}" not found', field="name")
-        if caller is not None:
-            caller.require_access(queue.spec.auth_policy, "read", queue.name)
+        queue = await _queue_for(conn, ns, queue_name, caller, "read")
         rows = await inv_store.list_for_queue(
             conn, queue.id, states=states, limit=limit, before=before
         )
@@ -322,3 +334,88 @@ async def cancel(
     assert updated is not None
     notifier.notify([stream_key(invocation_id)])
     return to_json(updated)
+
+
+RETRY_BATCH = 500  # a bulk action's rows per transaction
+
+
+async def retry(
+    store: Store,
+    notifier: Notifier,
+    ns: Namespace,
+    invocation_id: str,
+    now: datetime,
+    caller: Principal | None = None,
+) -> dict[str, Any]:
+    """A new attempt of a failed, expired or cancelled invocation: same id, same key,
+    pending at the back of its queue (see :func:`lakeshore.store.invocations.retry`).
+    409 for one that is pending, running or succeeded."""
+    async with store.write() as conn:
+        row = await inv_store.get(conn, ns.id, invocation_id)
+        if row is None:
+            raise NotFound(f'invocation "{invocation_id}" not found', field="id")
+        await require_access(conn, caller, ns, row["queue_name"], "submit")
+        if row["state"] not in inv_store.RETRYABLE:
+            raise Conflict(
+                f"invocation is {row['state']}: only a failed, expired or cancelled "
+                "invocation can be retried",
+                field="state",
+            )
+        changed = await inv_store.retry(conn, [invocation_id], now)
+        if not changed:  # it changed state since it was read
+            raise Conflict("invocation changed meanwhile; read it and try again", field="state")
+        await wakeups.publish(conn, [row["queue_id"], stream_key(invocation_id)])
+    notifier.notify([row["queue_id"], stream_key(invocation_id)])
+    return to_json(changed[0])
+
+
+BULK_STATES = {"retry": inv_store.RETRYABLE, "cancel": ("pending", "running")}
+
+
+async def bulk(
+    store: Store,
+    notifier: Notifier,
+    ns: Namespace,
+    queue_name: str,
+    action: str,
+    state: str,
+    now: datetime,
+    caller: Principal | None = None,
+) -> int:
+    """Retry or cancel every invocation of a queue in ``state``, ``RETRY_BATCH`` per
+    transaction until none is left; how many it changed. Each batch commits by itself,
+    so a stop half-way leaves every invocation either done or as it was."""
+    allowed = BULK_STATES.get(action)
+    if allowed is None:
+        raise InvalidInput(f"action is one of {', '.join(BULK_STATES)}", field="action")
+    if state not in allowed:
+        raise InvalidInput(f"{action} takes state {' or '.join(allowed)}", field="state")
+    async with store.read() as conn:
+        queue = await _queue_for(conn, ns, queue_name, caller, "submit")
+    touched, seen = 0, set[str]()
+    while True:
+        async with store.write() as conn:
+            ids = [
+                i
+                for i in await inv_store.ids_in_state(conn, queue.id, state, RETRY_BATCH)
+                if i not in seen
+            ]
+            if not ids:
+                break
+            seen.update(ids)
+            if action == "retry":
+                changed = [row["id"] for row in await inv_store.retry(conn, ids, now)]
+            else:
+                changed = [i for i in ids if await inv_store.cancel(conn, i, now) is not None]
+            keys = [queue.id, *(stream_key(i) for i in changed)]
+            await wakeups.publish(conn, keys)
+        notifier.notify(keys)
+        touched += len(changed)
+    log.info(
+        "bulk %s of %d %s invocation(s)",
+        action,
+        touched,
+        state,
+        extra=logs.ids(namespace=ns.name, queue=queue.name),
+    )
+    return touched

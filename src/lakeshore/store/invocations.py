@@ -23,6 +23,7 @@ from sqlalchemy import (
     RowMapping,
     and_,
     case,
+    delete,
     func,
     literal,
     or_,
@@ -37,7 +38,7 @@ from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines
 from lakeshore.store.isolated import isolated
-from lakeshore.store.tables import invocations, queues
+from lakeshore.store.tables import invocations, queues, stream_items
 
 C = invocations.c
 log = logging.getLogger("lakeshore.store")
@@ -173,6 +174,60 @@ async def cancel(conn: AsyncConnection, invocation_id: str, now: datetime) -> Ro
         .values(state="cancelled", finished_at=now, lease_expires_at=None)
     )
     return (await conn.execute(select(invocations).where(C.id == invocation_id))).mappings().first()
+
+
+RETRYABLE = ("failed", "expired", "cancelled")
+
+
+async def retry(conn: AsyncConnection, ids: Sequence[str], now: datetime) -> list[RowMapping]:
+    """Put finished-but-not-succeeded invocations back in their queues as new attempts:
+    pending, one more attempt allowed than they used, their outcome, worker and times
+    cleared, at the back of the queue as a submit now would be (``created_at`` now: a
+    deadline counts from the retry). Id, key, function and arguments stay. Returns the
+    rows it changed (one conditional UPDATE: an invocation that changed state meanwhile
+    is left alone)."""
+    if not ids:
+        return []
+    changed = (
+        (
+            await conn.execute(
+                update(invocations)
+                .where(C.id.in_(list(ids)), C.state.in_(RETRYABLE))
+                .values(
+                    state="pending",
+                    max_attempts=C.attempts + 1,
+                    worker_id=None,
+                    lease_expires_at=None,
+                    result=None,
+                    error=None,
+                    started_at=None,
+                    finished_at=None,
+                    available_at=now,
+                    created_at=now,
+                )
+                .returning(C.id)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if not changed:
+        return []
+    # the new attempt streams afresh: the earlier attempt's items go
+    await conn.execute(delete(stream_items).where(stream_items.c.invocation_id.in_(changed)))
+    found = await conn.execute(select(invocations).where(C.id.in_(list(changed))))
+    return list(found.mappings())
+
+
+async def ids_in_state(conn: AsyncConnection, queue_id: str, state: str, limit: int) -> list[str]:
+    """Up to ``limit`` ids of a queue's invocations in ``state``, oldest first."""
+    query = (
+        select(C.id)
+        .where(C.queue_id == queue_id, C.state == state)
+        .order_by(C.created_at, C.id)
+        .limit(limit)
+    )
+    return list((await conn.execute(query)).scalars().all())
 
 
 async def claim(

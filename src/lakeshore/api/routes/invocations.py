@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import BaseModel, ConfigDict
 
 from lakeshore.api import head
 from lakeshore.api.deps import Caller, InNamespace, State
@@ -153,6 +154,50 @@ async def _resume_after(
             field="last-event-id",
         )
     return max(after, resumed)
+
+
+@router.post(
+    "/invocations/{invocation_id}/retry",
+    summary="Retry a failed, expired or cancelled invocation (same id and key, a new attempt)",
+    responses={409: {"description": "pending, running or succeeded: nothing to retry"}},
+)
+async def retry_invocation(
+    invocation_id: str, ns: InNamespace, state: State, caller: Caller
+) -> dict[str, Any]:
+    return await inv_service.retry(
+        state.store, state.notifier, ns, invocation_id, state.clock(), caller
+    )
+
+
+class BulkBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    state: StateFilter
+
+
+@router.post(
+    "/queues/{name}/invocations/retry",
+    summary="Retry every failed (or expired, or cancelled) invocation of a queue",
+)
+async def retry_all(
+    name: str, ns: InNamespace, state: State, caller: Caller, body: BulkBody
+) -> dict[str, int]:
+    touched = await inv_service.bulk(
+        state.store, state.notifier, ns, name, "retry", body.state, state.clock(), caller
+    )
+    return {"touched": touched}
+
+
+@router.post(
+    "/queues/{name}/invocations/cancel",
+    summary="Cancel every pending (or running) invocation of a queue",
+)
+async def cancel_all(
+    name: str, ns: InNamespace, state: State, caller: Caller, body: BulkBody
+) -> dict[str, int]:
+    touched = await inv_service.bulk(
+        state.store, state.notifier, ns, name, "cancel", body.state, state.clock(), caller
+    )
+    return {"touched": touched}
 
 
 @router.get(

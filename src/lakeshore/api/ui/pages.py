@@ -25,7 +25,7 @@ from lakeshore import __version__
 from lakeshore.api.deps import AppState, app_state
 from lakeshore.api.ui import session
 from lakeshore.api.ui.session import CSRF_FIELD, CSRF_HEADER, LOGIN_COOKIE, SESSION_COOKIE
-from lakeshore.errors import LakeshoreError, NotFound, Unauthorized
+from lakeshore.errors import InvalidInput, LakeshoreError, NotFound, Unauthorized
 from lakeshore.services import daemons as daemon_service
 from lakeshore.services import feed as feed_service
 from lakeshore.services import invocations as inv_service
@@ -34,10 +34,15 @@ from lakeshore.services import providers as provider_service
 from lakeshore.services import queues as queue_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.namespaces import Namespace
+from lakeshore.store import invocations as inv_store
 from lakeshore.store import launches as launch_store
 
 STATES = ("pending", "running", "succeeded", "failed", "cancelled", "expired")
-RETRYABLE = ("failed", "expired")
+RETRYABLE = inv_store.RETRYABLE
+BULK = {  # the queue page's buttons: (action, state, past tense)
+    "retry_failed": ("retry", "failed", "retried"),
+    "cancel_pending": ("cancel", "pending", "cancelled"),
+}
 PAGE = 50  # invocations, decisions
 QUEUES_PAGE = 100
 LIVE_S = 3  # how often a visible page refreshes its live parts
@@ -409,6 +414,31 @@ async def cancel_invocation(invocation_id: str, who: Changer) -> Response:
         state.store, state.notifier, who.ns, invocation_id, who.now, who.principal
     )
     return RedirectResponse(f"/ui/ns/{who.ns.name}/invocations/{invocation_id}", status_code=303)
+
+
+@router.post("/ns/{ns}/invocations/{invocation_id}/retry")
+async def retry_invocation(invocation_id: str, who: Changer) -> Response:
+    state = who.state
+    await inv_service.retry(
+        state.store, state.notifier, who.ns, invocation_id, who.now, who.principal
+    )
+    return RedirectResponse(f"/ui/ns/{who.ns.name}/invocations/{invocation_id}", status_code=303)
+
+
+@router.post("/ns/{ns}/queues/{name}/bulk")
+async def bulk_action(
+    name: str, who: Changer, action: Annotated[str, Form(max_length=40)] = ""
+) -> Response:
+    if action not in BULK:
+        raise InvalidInput(f"action is one of {', '.join(BULK)}", field="action")
+    verb, state_name, done = BULK[action]
+    state = who.state
+    touched = await inv_service.bulk(
+        state.store, state.notifier, who.ns, name, verb, state_name, who.now, who.principal
+    )
+    return RedirectResponse(
+        f"/ui/ns/{who.ns.name}/queues/{name}?touched={touched}&did={done}", status_code=303
+    )
 
 
 # --- fleet ----------------------------------------------------------------------------
