@@ -140,10 +140,3 @@ def pid_then_sleep(path: str, seconds: float) -> None:
 def environment() -> dict[str, str]:
     """This process's environment (what a UDF can read)."""
     return dict(os.environ)
-
-
-def fails_until(path: str) -> str:
-    """Fails until the file ``path`` exists (a failure to fix, then retry)."""
-    if not os.path.exists(path):
-        raise RuntimeError(f"{path} is missing")
-    return "fixed"
