@@ -62,8 +62,10 @@ async def test_hot_query_indexes_exist(store: Store) -> None:
     assert {
         "ix_invocations_claimable",
         "ix_invocations_claimable_priority",
-        "ix_invocations_queue_id_state",
+        "ix_invocations_queue_id_state_created_at_id",  # counts by state, filtered lists
+        "ix_invocations_queue_id_created_at_id",  # a queue's invocations, newest first
     } <= indexes
+    assert "ix_invocations_queue_id_state" not in indexes  # replaced by the wider one
 
 
 def test_migrating_twice_is_harmless(database_url: str) -> None:
