@@ -12,8 +12,11 @@ from asgi_lifespan import LifespanManager
 from prometheus_client.parser import text_string_to_metric_families
 
 from lakeshore.api.app import create_app
+from lakeshore.api.deps import AppState
 from lakeshore.config import Settings
-from tests.conftest import FakeClock
+from lakeshore.services import reaper
+from lakeshore.services import workers as worker_service
+from tests.conftest import ADMIN, FakeClock
 
 NS = "/v1/namespaces/default"
 W = "/v1/workers"
@@ -200,3 +203,100 @@ async def test_invocations_are_counted_with_their_wait_and_run_time(
     assert found[("lakeshore_invocation_run_seconds_sum", q)] == pytest.approx(8)
     assert found[("lakeshore_invocation_wait_seconds_bucket", (("le", "5.0"), *q))] == 4
     assert found[("lakeshore_invocation_wait_seconds_bucket", (("le", "2.5"), *q))] == 0
+
+
+@pytest.fixture
+async def served(
+    settings: Settings, clock: FakeClock
+) -> AsyncIterator[tuple[httpx.AsyncClient, AppState]]:
+    """The API and its state: the reaper swept by hand with the app's own metrics."""
+    app = create_app(settings, clock=clock)
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=ADMIN
+        ) as client:
+            yield client, app.state.lakeshore
+
+
+async def test_expired_cancelled_and_lost_leases_are_counted(
+    served: tuple[httpx.AsyncClient, AppState], clock: FakeClock
+) -> None:
+    api, state = served
+    spec = {"name": "q", "admission": {"deadline_cutoff_s": 10}}
+    assert (await api.post(f"{NS}/queues", json=spec)).status_code == 201
+
+    async def submit(n: int = 1, **body: Any) -> list[str]:
+        made = [
+            await api.post(f"{NS}/queues/q/invocations", json={"fn": "m:f", **body})
+            for _ in range(n)
+        ]
+        assert all(m.status_code == 201 for m in made)
+        return [m.json()["id"] for m in made]
+
+    # two expire on a claim's way, one in the reaper's sweep
+    await submit(2)
+    clock.advance(11)
+    hello = await api.post(f"{W}/hello", json={"queues": ["q"]})
+    worker = hello.json()["id"]
+    claimed = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
+    assert claimed.json()["invocations"] == []
+    await submit(1)
+    clock.advance(11)
+    assert (await reaper.reap(state.store, clock(), state.metrics))["expired"] == 1
+
+    # a lease lost twice: retried, then failed for good
+    [lost] = await submit(1, max_attempts=2)
+    for _ in range(2):
+        got = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
+        assert [i["id"] for i in got.json()["invocations"]] == [lost]
+        clock.advance(worker_service.LEASE_S + 1)
+        swept = await reaper.reap(state.store, clock(), state.metrics)
+        assert swept["retried"] + swept["failed"] == 1
+        clock.advance(60)  # past the retry's backoff, within the worker's time to live
+        await api.post(f"{W}/{worker}/heartbeat", json={"running": []})
+
+    # one cancelled alone, three in bulk, one cancelled twice counts once
+    one, *_rest = await submit(4)
+    for _ in range(2):
+        answer = await api.post(f"{NS}/invocations/{one}/cancel")
+        assert answer.status_code == 200, answer.text
+    bulk = await api.post(f"{NS}/queues/q/invocations/cancel", json={"state": "pending"})
+    assert bulk.json() == {"touched": 3}
+
+    found = await scrape(api)
+    q = (("namespace", "default"), ("queue", "q"))
+    outcomes = {
+        name: found.get(
+            ("lakeshore_invocation_outcomes_total", tuple(sorted((*q, ("outcome", name)))))
+        )
+        for name in ("expired", "cancelled", "retried", "failed")
+    }
+    assert outcomes == {"expired": 3, "cancelled": 4, "retried": 1, "failed": 1}
+    assert found[("lakeshore_leases_expired_total", q)] == 2
+    stats = (await api.get(f"{NS}/queues/q/stats")).json()["byState"]
+    assert (stats["expired"], stats["cancelled"], stats["failed"]) == (3, 4, 1)
+
+
+async def test_hysteresis_counters_are_exported(api: httpx.AsyncClient, clock: FakeClock) -> None:
+    made = await api.post(f"{NS}/providers", json={"name": "fk", "kind": "fake"})
+    assert made.status_code == 201
+    spec = {
+        "name": "pooled",
+        "providerRef": "fk",
+        "elasticity": {"kind": "pool_with_threshold", "min": 1, "max": 4},
+    }
+    assert (await api.post(f"{NS}/queues", json=spec)).status_code == 201, spec
+    hello = await api.post(
+        f"{W}/hello", json={"queues": ["pooled"], "capabilities": {"max_invocations": 1}}
+    )
+    worker = hello.json()["id"]
+    await api.post(f"{NS}/queues/pooled/invocations", json={"fn": "m:f"})
+    claimed = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
+    assert len(claimed.json()["invocations"]) == 1  # utilization 1: above any high watermark
+    assert (await api.post("/v1/admin/elasticity/tick")).status_code == 200
+    clock.advance(1)
+    found = await scrape(api)
+    counters = (await api.get(f"{NS}/queues/pooled/stats")).json()["counters"]
+    assert queue_value(found, "consecutive_above", "pooled") == counters["consecutiveAbove"] == 1
+    assert queue_value(found, "consecutive_below", "pooled") == counters["consecutiveBelow"] == 0

@@ -74,13 +74,15 @@ async def _create_demo_queue(store: Store, now: datetime) -> None:
         await queue_service.create(store, ns, DEMO_QUEUE, now)
 
 
-async def _reap_forever(store: Store, clock: Clock, interval_s: float) -> None:
+async def _reap_forever(
+    store: Store, clock: Clock, interval_s: float, metrics: Metrics | None = None
+) -> None:
     """Return expired leases and drop silent workers, every ``interval_s``; a failed sweep
     is logged and the next one runs on time."""
     while True:
         await asyncio.sleep(interval_s)
         try:
-            counts = await reaper.reap(store, clock())
+            counts = await reaper.reap(store, clock(), metrics)
         except Exception:
             log.exception("reaper sweep failed")
             continue
@@ -172,7 +174,7 @@ def create_app(
         if settings.reaper_interval_s > 0:
             tasks.append(
                 asyncio.create_task(
-                    _reap_forever(store, clock, settings.reaper_interval_s),
+                    _reap_forever(store, clock, settings.reaper_interval_s, metrics),
                     name="lakeshore-reaper",
                 )
             )

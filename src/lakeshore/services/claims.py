@@ -117,15 +117,20 @@ async def _lease(
     free: int,
     now: datetime,
     lease_s: float,
+    expired: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Lease up to ``free`` invocations from ``queues`` in turn, each by its discipline."""
+    """Lease up to ``free`` invocations from ``queues`` in turn, each by its discipline;
+    work past a queue's ``deadline_cutoff_s`` is expired first (counted in ``expired``,
+    queue id → how many)."""
     claimed: list[dict[str, Any]] = []
     for queue in queues:
         if free - len(claimed) <= 0:
             break
         cutoff = (queue["admission"] or {}).get("deadline_cutoff_s")
         if cutoff is not None:
-            await inv_store.expire_overdue(conn, queue["id"], cutoff, now)
+            late = await inv_store.expire_overdue(conn, queue["id"], cutoff, now)
+            if late and expired is not None:
+                expired[queue["id"]] = expired.get(queue["id"], 0) + late
         rows = await inv_store.claim(
             conn,
             queue_id=queue["id"],
@@ -156,11 +161,17 @@ _UNTOUCHED: Any = object()
 
 
 async def claim_once(
-    store: Store, worker: ClaimingWorker, reach: Reach, limit: int, now: datetime, lease_s: float
+    store: Store,
+    worker: ClaimingWorker,
+    reach: Reach,
+    limit: int,
+    now: datetime,
+    lease_s: float,
+    expired: dict[str, int] | None = None,
 ) -> Attempt:
     """Lease what the worker may take now, in a transaction of its own."""
     async with store.write() as conn:
-        return await claim_in(conn, worker, reach, limit, now, lease_s)
+        return await claim_in(conn, worker, reach, limit, now, lease_s, expired=expired)
 
 
 async def claim_in(
@@ -172,12 +183,14 @@ async def claim_in(
     lease_s: float,
     *,
     seen: Any = _UNTOUCHED,
+    expired: dict[str, int] | None = None,
 ) -> Attempt:
     """Lease what the worker may take now, in the caller's write transaction: its own
     queues first; stolen work only when those gave nothing and the worker is idle (see
     the module's rules). 404/410 for a worker dropped or retired meanwhile. ``seen`` is
     what :func:`worker_store.touch` answered, when the caller touched the worker first
-    (its row is locked before any invocation's, as a heartbeat locks them)."""
+    (its row is locked before any invocation's, as a heartbeat locks them). ``expired``
+    counts the work expired on the way (queue id → how many)."""
     if seen is _UNTOUCHED:
         seen = await worker_store.touch(conn, worker.id, now)
     if seen is None:  # retired (or dropped) while this claim waited
@@ -197,7 +210,7 @@ async def claim_in(
     )
     subscribed = [q for q in queues if q["own"]]
     own = [q for q in subscribed if q["state"] != "paused"]
-    claimed = await _lease(conn, own, worker.id, free, now, lease_s)
+    claimed = await _lease(conn, own, worker.id, free, now, lease_s, expired)
     if claimed or running:
         return Attempt(claimed)  # only an idle worker steals
     siblings = [q for q in queues if not q["own"] and reach.admits(q)]
@@ -206,7 +219,7 @@ async def claim_in(
     wait_s = await _steal_wait_s(conn, worker.id, steal_delay_s(subscribed), now)
     if wait_s > 0:
         return Attempt(steal_in_s=wait_s)
-    return Attempt(await _lease(conn, siblings, worker.id, free, now, lease_s))
+    return Attempt(await _lease(conn, siblings, worker.id, free, now, lease_s, expired))
 
 
 def _claimable_by(caller: access.Caller | None, queues: list[RowMapping]) -> list[RowMapping]:
@@ -234,6 +247,7 @@ async def long_poll(
     recheck_s: float,
     gone: asyncio.Event | None = None,
     tried: bool = False,
+    expired: dict[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Return as soon as anything is claimable (up to ``limit``), or an empty list after
     ``wait_s``. Submits to the worker's own queues and to the siblings it may steal from
@@ -244,7 +258,7 @@ async def long_poll(
     reach = worker.reach
     if not tried and (gone is None or not gone.is_set()):
         # a worker with a backlog is served at once, without setting up a wait
-        attempt = await claim_once(store, worker, reach, limit, clock(), lease_s)
+        attempt = await claim_once(store, worker, reach, limit, clock(), lease_s, expired)
         if attempt.claimed or wait_s <= 0 or limit == 0:
             return attempt.claimed
     async with store.read() as conn:
@@ -256,7 +270,7 @@ async def long_poll(
             woken.clear()
             if gone is not None and gone.is_set():
                 return []  # the caller hung up: lease nothing it cannot receive
-            attempt = await claim_once(store, worker, reach, limit, clock(), lease_s)
+            attempt = await claim_once(store, worker, reach, limit, clock(), lease_s, expired)
             remaining = deadline - loop.time()
             if attempt.claimed or remaining <= 0 or limit == 0:
                 return attempt.claimed

@@ -19,6 +19,7 @@ from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
 from lakeshore.errors import Conflict, InvalidInput, NotFound, TooManyRequests
 from lakeshore.services.auth import Principal
+from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
@@ -321,6 +322,7 @@ async def cancel(
     invocation_id: str,
     now: datetime,
     caller: Principal | None = None,
+    metrics: Metrics | None = None,
 ) -> dict[str, Any]:
     async with store.write() as conn:
         row = await inv_store.get(conn, ns.id, invocation_id)
@@ -333,6 +335,8 @@ async def cancel(
         await wakeups.publish(conn, [stream_key(invocation_id)])
     assert updated is not None
     notifier.notify([stream_key(invocation_id)])
+    if metrics is not None and row["state"] != updated["state"]:
+        metrics.outcomes.labels(ns.name, row["queue_name"], "cancelled").inc()
     return to_json(updated)
 
 
@@ -381,6 +385,7 @@ async def bulk(
     state: str,
     now: datetime,
     caller: Principal | None = None,
+    metrics: Metrics | None = None,
 ) -> int:
     """Retry or cancel every invocation of a queue in ``state``, ``RETRY_BATCH`` per
     transaction until none is left; how many it changed. Each batch commits by itself,
@@ -406,11 +411,18 @@ async def bulk(
             if action == "retry":
                 changed = [row["id"] for row in await inv_store.retry(conn, ids, now)]
             else:
-                changed = [i for i in ids if await inv_store.cancel(conn, i, now) is not None]
+                changed = [
+                    i
+                    for i in ids
+                    if (row := await inv_store.cancel(conn, i, now)) is not None
+                    and row["state"] == "cancelled"
+                ]
             keys = [queue.id, *(stream_key(i) for i in changed)]
             await wakeups.publish(conn, keys)
         notifier.notify(keys)
         touched += len(changed)
+    if metrics is not None and action == "cancel" and touched:
+        metrics.outcomes.labels(ns.name, queue.name, "cancelled").inc(touched)
     log.info(
         "bulk %s of %d %s invocation(s)",
         action,

@@ -6,20 +6,21 @@ Two kinds, so that a sum over replicas is right (docs/observability.md):
 * **This replica's** — HTTP requests, controller ticks and decisions: each replica
   counts what it served or ran, so summing over replicas gives the cluster's.
 * **The store's** — per queue pending, running, oldest pending age, daemons, capacity,
-  utilization, launches in flight: the same numbers on every replica, so only one
-  exports them. On SQLite that is the server; on PostgreSQL the replica that leads the
-  elasticity ticks of the unpinned queues (or, with the loop off, any that is asked).
+  utilization, launches in flight, hysteresis counters: the same numbers on every
+  replica, so only one exports them. On SQLite that is the server; on PostgreSQL the
+  replica that leads the elasticity ticks of the unpinned queues (or, with the loop off,
+  any that is asked).
   ``lakeshore_store_gauges_exported`` is 1 on the replica that exports them.
 
 The store is read at most once per :data:`READ_EVERY_S` however many scrapers ask, in
-four grouped queries whatever the number of queues. Labels are bounded: namespace and
+five grouped queries whatever the number of queues. Labels are bounded: namespace and
 queue names, route templates, actions and rules — never an invocation or worker id.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,7 +38,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 NAMES_KEPT = 100_000
-OUTCOME_OF = {"succeeded": "succeeded", "pending": "retried", "failed": "failed"}
+# an invocation's new state → the outcome counted (``pending``: failed, to run again)
+OUTCOME_OF = {
+    "succeeded": "succeeded",
+    "pending": "retried",
+    "failed": "failed",
+    "expired": "expired",
+    "cancelled": "cancelled",
+}
 _TICK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -89,9 +97,17 @@ class Metrics:
         )
         self.outcomes = Counter(
             "lakeshore_invocation_outcomes",
-            "Attempts that ended through this replica: succeeded, retried (failed, to run "
-            "again after its backoff) or failed (for good).",
+            "Invocations or attempts that ended through this replica: succeeded, retried "
+            "(failed, to run again after its backoff), failed (for good), expired (not "
+            "started within the queue's deadline_cutoff_s) or cancelled.",
             [*queue_labels, "outcome"],
+            registry=self.registry,
+        )
+        self.leases_expired = Counter(
+            "lakeshore_leases_expired",
+            "Leases this replica's reaper took back from a worker that stopped renewing "
+            "them (each attempt then counted retried or failed).",
+            queue_labels,
             registry=self.registry,
         )
         self.wait_seconds = Histogram(
@@ -163,6 +179,27 @@ class Metrics:
             ran = max(0.0, (now - started_at).total_seconds())
             self.run_seconds.labels(*labels).observe(ran)
 
+    async def count_by_queue(
+        self,
+        store: Store,
+        outcomes: Mapping[tuple[str, str], int],
+        leases_expired: Mapping[str, int] | None = None,
+    ) -> None:
+        """Outcomes recorded in bulk, (queue id, outcome) → how many, and leases taken back,
+        queue id → how many (the reaper's sweep, a bulk cancel): one read for the names."""
+        leases_expired = leases_expired or {}
+        wanted = {queue_id for queue_id, _ in outcomes} | set(leases_expired)
+        if not wanted:
+            return
+        async with store.read() as conn:
+            names = await self.queue_names(conn, wanted)
+        for (queue_id, outcome), n in outcomes.items():
+            if queue_id in names and n > 0:
+                self.outcomes.labels(*names[queue_id], outcome).inc(n)
+        for queue_id, n in leases_expired.items():
+            if queue_id in names and n > 0:
+                self.leases_expired.labels(*names[queue_id]).inc(n)
+
     async def render(self, store: Store, now: datetime, *, export_store: bool) -> bytes:
         """The exposition text: this replica's metrics, and the store's when it exports
         them."""
@@ -209,6 +246,16 @@ class _StoreGauges(Collector):
                 ("capacity", "Those workers' max_invocations, summed."),
                 ("utilization", "running / capacity (0 with no capacity)."),
                 ("launches_in_flight", "Launches asked of a provider, not yet said hello."),
+                (
+                    "consecutive_above",
+                    "pool_with_threshold's consecutiveAbove: ticks in a row with utilization "
+                    "at or above the high watermark (a pooled queue's: its pool's).",
+                ),
+                (
+                    "consecutive_below",
+                    "pool_with_threshold's consecutiveBelow: ticks in a row with utilization "
+                    "at or below the low watermark (a pooled queue's: its pool's).",
+                ),
             )
         }
         for g in self.reading:
@@ -224,6 +271,8 @@ class _StoreGauges(Collector):
                 "capacity": g.capacity,
                 "utilization": g.running / g.capacity if g.capacity else 0.0,
                 "launches_in_flight": g.launches_in_flight,
+                "consecutive_above": g.consecutive_above,
+                "consecutive_below": g.consecutive_below,
             }
             for name, value in values.items():
                 families[name].add_metric(key, value)

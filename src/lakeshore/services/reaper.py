@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.services.invocations import stream_key
+from lakeshore.services.metrics import Metrics
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import leases as lease_store
 from lakeshore.store import wakeups
@@ -28,20 +29,29 @@ log = logging.getLogger("lakeshore.reaper")
 WORKER_TTL_S = 60.0  # a worker not heard from for this long is dropped
 
 
-async def reap(store: Store, now: datetime) -> dict[str, int]:
-    """One sweep; the counts of what each step did (a failed step counts 0, and is logged).
+async def reap(store: Store, now: datetime, metrics: Metrics | None = None) -> dict[str, int]:
+    """One sweep; the counts of what each step did (a failed step counts 0, and is logged),
+    and, with ``metrics``, its outcomes counted per queue.
 
     Retried work waits out its backoff, so waiting claims find it on their next re-check.
     """
     counts = {"retried": 0, "failed": 0, "expired": 0, "workers_dropped": 0}
+    outcomes: dict[tuple[str, str], int] = {}
+    taken_back: dict[str, int] = {}
 
     async def leases(conn: AsyncConnection) -> None:
-        counts.update(await lease_store.reap_expired(conn, now))
+        reaped = await lease_store.reap_expired(conn, now)
+        counts.update(reaped.counts)
+        outcomes.update(reaped.by_queue)
+        for (queue_id, _), n in reaped.by_queue.items():
+            taken_back[queue_id] = taken_back.get(queue_id, 0) + n
 
     async def deadlines(conn: AsyncConnection) -> None:
         expired = await inv_store.expire_all_overdue(conn, now)
-        await wakeups.publish(conn, [stream_key(i) for i in expired])
+        await wakeups.publish(conn, [stream_key(i) for i, _ in expired])
         counts["expired"] = len(expired)
+        for _, queue_id in expired:
+            outcomes[(queue_id, "expired")] = outcomes.get((queue_id, "expired"), 0) + 1
 
     async def silent(conn: AsyncConnection) -> None:
         gone = await worker_store.drop_silent(conn, now - timedelta(seconds=WORKER_TTL_S))
@@ -49,7 +59,16 @@ async def reap(store: Store, now: datetime) -> dict[str, int]:
 
     for name, step in (("leases", leases), ("deadlines", deadlines), ("workers", silent)):
         await _alone(store, name, step)
+    if metrics is not None:
+        await _alone_read(lambda: metrics.count_by_queue(store, outcomes, taken_back))
     return counts
+
+
+async def _alone_read(count: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await count()
+    except Exception:
+        log.exception("reaper could not count its sweep in the metrics")
 
 
 async def _alone(

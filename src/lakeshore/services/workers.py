@@ -286,12 +286,15 @@ async def claim(
     wait = max(0.0, min(MAX_CLAIM_WAIT_S if timeout_s is None else timeout_s, MAX_CLAIM_WAIT_S))
     # the worker is looked up in the first attempt's transaction: a worker with a
     # backlog is served in one transaction, without setting up a wait
+    expired: dict[str, int] = {}  # work past its deadline_cutoff_s, expired on the way
     async with store.write() as conn:
         worker = await _worker_in(conn, caller, worker_id)
         limit = worker.max_invocations if max_count is None else max(0, max_count)
         first = None
         if gone is None or not gone.is_set():
-            first = await claims.claim_in(conn, worker, worker.reach, limit, clock(), lease_s)
+            first = await claims.claim_in(
+                conn, worker, worker.reach, limit, clock(), lease_s, expired=expired
+            )
     if first is not None and (first.claimed or wait <= 0 or limit == 0):
         claimed = first.claimed
     else:
@@ -306,9 +309,16 @@ async def claim(
             recheck_s=recheck_s,
             gone=gone,
             tried=first is not None,
+            expired=expired,
         )
     await _count_leased(store, metrics, worker.namespace_id, claimed)
+    await _count_expired(store, metrics, expired)
     return claimed
+
+
+async def _count_expired(store: Store, metrics: Metrics | None, expired: dict[str, int]) -> None:
+    if metrics is not None and expired:
+        await metrics.count_by_queue(store, {(q, "expired"): n for q, n in expired.items()})
 
 
 async def _count_leased(
@@ -480,6 +490,7 @@ async def report(
     retired meanwhile gets its outcomes recorded and nothing more (``retired``)."""
     claimed: list[dict[str, Any]] = []
     retired = False
+    expired: dict[str, int] = {}
     async with store.write() as conn:  # the outcomes and the claim: one transaction
         worker = await _worker_in(conn, caller, worker_id)
         # the worker's row first, then its invocations': the order a heartbeat takes
@@ -494,7 +505,7 @@ async def report(
         if claim > 0:
             try:
                 attempt = await claims.claim_in(
-                    conn, worker, worker.reach, claim, now, lease_s, seen=seen
+                    conn, worker, worker.reach, claim, now, lease_s, seen=seen, expired=expired
                 )
                 claimed, retired = attempt.claimed, attempt.retiring
             except (Gone, NotFound):  # raised before it wrote: the outcomes still commit
@@ -506,6 +517,7 @@ async def report(
             if queue_id in labels:
                 metrics.ended(labels[queue_id], new_state, started_at, now)
     await _count_leased(store, metrics, worker.namespace_id, claimed)
+    await _count_expired(store, metrics, expired)
     answers: list[dict[str, Any]] = []
     for item in reports:
         if item.invocation_id in states:

@@ -1,6 +1,6 @@
 """What ``GET /metrics`` reads of the store at a scrape: per queue, its invocations by
-state, its oldest pending one, its daemons and its launches in flight — four grouped
-queries in one read, whatever the number of queues."""
+state, its oldest pending one, its daemons, its launches in flight and its hysteresis
+counters — five grouped queries in one read, whatever the number of queues."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ class QueueGauges:
     launches_in_flight: int = 0  # a pooled queue's: its pool's
     namespace_id: str = ""
     scope: str = ""  # the queue's name, or ``pool:<name>`` for a queue in a pool
+    consecutive_above: int = 0  # the scope's hysteresis counters (pool_with_threshold)
+    consecutive_below: int = 0
 
 
 async def read(conn: AsyncConnection) -> list[QueueGauges]:
@@ -62,10 +64,12 @@ async def read(conn: AsyncConnection) -> list[QueueGauges]:
         .group_by(L.namespace_id, L.scope)
     )
     flying = {(ns, scope): int(n) for ns, scope, n in (await conn.execute(in_flight)).all()}
+    counters = await ctl_store.load_counters(conn)
     gauges = []
     for queue_id, namespace_id, name, state, pool, namespace in rows:
         daemons, capacity = heads.get(queue_id, (0, 0))
         scope = f"pool:{pool}" if pool else name
+        counted = counters.get((namespace_id, scope))
         gauges.append(
             QueueGauges(
                 namespace=namespace,
@@ -79,6 +83,8 @@ async def read(conn: AsyncConnection) -> list[QueueGauges]:
                 launches_in_flight=flying.get((namespace_id, scope), 0),
                 namespace_id=namespace_id,
                 scope=scope,
+                consecutive_above=counted.above if counted else 0,
+                consecutive_below=counted.below if counted else 0,
             )
         )
     return gauges

@@ -313,11 +313,12 @@ async def expire_overdue(
     return int(expired.rowcount)
 
 
-async def expire_all_overdue(conn: AsyncConnection, now: datetime) -> list[str]:
+async def expire_all_overdue(conn: AsyncConnection, now: datetime) -> list[tuple[str, str]]:
     """``deadline_cutoff_s`` of every queue that sets one (paused ones too): pending work
     never started and submitted longer ago than its queue's cutoff is expired, whether or
     not a claim looks at that queue. One read of the cutoffs and one UPDATE for every
-    queue (grouped by cutoff, not a statement per queue). Returns the ids expired.
+    queue (grouped by cutoff, not a statement per queue). Returns (id, queue id) of each
+    invocation expired.
 
     A cutoff the date arithmetic cannot hold (stored before cutoffs were bounded) is
     skipped and logged; should the UPDATE fail, each cutoff's queues are tried alone, so
@@ -335,7 +336,7 @@ async def expire_all_overdue(conn: AsyncConnection, now: datetime) -> list[str]:
     )
     if done is not None:
         return done
-    expired: list[str] = []
+    expired: list[tuple[str, str]] = []
     for cutoff_s, (before, ids) in late_before.items():
         alone = {cutoff_s: (before, ids)}
         expired += (
@@ -365,7 +366,7 @@ def _late_before(
 
 async def _expire(
     conn: AsyncConnection, late: dict[float, tuple[datetime, list[str]]], now: datetime
-) -> list[str]:
+) -> list[tuple[str, str]]:
     # each error names its queue's own cutoff
     error = case(
         *(
@@ -380,9 +381,9 @@ async def _expire(
             or_(*(and_(C.queue_id.in_(ids), C.created_at < t) for t, ids in late.values())),
         )
         .values(state="expired", finished_at=now, error=error)
-        .returning(C.id)
+        .returning(C.id, C.queue_id)
     )
-    return sorted(str(i) for i in done.scalars())
+    return sorted((str(i), str(q)) for i, q in done.all())
 
 
 async def next_available_at(conn: AsyncConnection, queue_ids: Sequence[str]) -> datetime | None:

@@ -10,6 +10,7 @@ outcome group, not per row.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -190,12 +191,22 @@ async def extend_leases(
     return sorted(done.scalars())
 
 
-async def reap_expired(
-    conn: AsyncConnection, now: datetime, *, limit: int = 1000
-) -> dict[str, int]:
-    """Return expired leases to pending (after a backoff) or fail them when attempts are spent."""
+@dataclass(frozen=True)
+class Reaped:
+    """What :func:`reap_expired` did: ``counts`` by outcome (retried, failed), and
+    ``by_queue``: (queue id, outcome) → how many."""
+
+    counts: dict[str, int]
+    by_queue: dict[tuple[str, str], int]
+
+
+async def reap_expired(conn: AsyncConnection, now: datetime, *, limit: int = 1000) -> Reaped:
+    """Return expired leases to pending (after a backoff) or fail them when attempts are spent.
+
+    The counts of each outcome, and ``by_queue``: (queue id, outcome) → how many, for the
+    metrics' labels."""
     query = (
-        select(C.id, C.attempts, C.max_attempts)
+        select(C.id, C.attempts, C.max_attempts, C.queue_id)
         .where(C.state == "running", C.lease_expires_at < now)
         .limit(limit)
     )
@@ -204,10 +215,13 @@ async def reap_expired(
     rows = (await conn.execute(query)).all()
     # one UPDATE per outcome: failed, or back to pending after the backoff of its attempt
     groups: dict[int | None, list[str]] = {}
-    for invocation_id, attempts, max_attempts in rows:
+    queue_of: dict[str, str] = {}
+    for invocation_id, attempts, max_attempts, queue_id in rows:
         retried = after_failure(attempts, max_attempts, retry=True) == "pending"
         groups.setdefault(attempts if retried else None, []).append(invocation_id)
+        queue_of[invocation_id] = queue_id
     counts = {"retried": 0, "failed": 0}
+    by_queue: dict[tuple[str, str], int] = {}
     error = {"type": "LeaseExpired", "message": "the worker stopped renewing its lease"}
     for attempts, ids in groups.items():
         values: dict[str, Any] = {"lease_expires_at": None, "error": error}
@@ -222,7 +236,12 @@ async def reap_expired(
         done = await isolated(conn, "returning expired leases", ids, partial(conn.execute, stmt))
         if done is None:  # skipped (logged): not counted
             counts["failed" if attempts is None else "retried"] -= len(ids)
-    return counts
+            continue
+        outcome = "failed" if attempts is None else "retried"
+        for invocation_id in ids:
+            key = (queue_of[invocation_id], outcome)
+            by_queue[key] = by_queue.get(key, 0) + 1
+    return Reaped(counts, by_queue)
 
 
 async def hand_back(

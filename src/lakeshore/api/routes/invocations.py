@@ -124,7 +124,7 @@ async def cancel_invocation(
     invocation_id: str, ns: InNamespace, state: State, caller: Caller
 ) -> dict[str, Any]:
     return await inv_service.cancel(
-        state.store, state.notifier, ns, invocation_id, state.clock(), caller
+        state.store, state.notifier, ns, invocation_id, state.clock(), caller, state.metrics
     )
 
 
@@ -182,7 +182,15 @@ async def retry_all(
     name: str, ns: InNamespace, state: State, caller: Caller, body: BulkBody
 ) -> dict[str, int]:
     touched = await inv_service.bulk(
-        state.store, state.notifier, ns, name, "retry", body.state, state.clock(), caller
+        state.store,
+        state.notifier,
+        ns,
+        name,
+        "retry",
+        body.state,
+        state.clock(),
+        caller,
+        state.metrics,
     )
     return {"touched": touched}
 
@@ -195,7 +203,15 @@ async def cancel_all(
     name: str, ns: InNamespace, state: State, caller: Caller, body: BulkBody
 ) -> dict[str, int]:
     touched = await inv_service.bulk(
-        state.store, state.notifier, ns, name, "cancel", body.state, state.clock(), caller
+        state.store,
+        state.notifier,
+        ns,
+        name,
+        "cancel",
+        body.state,
+        state.clock(),
+        caller,
+        state.metrics,
     )
     return {"touched": touched}
 

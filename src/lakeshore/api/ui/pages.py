@@ -411,7 +411,7 @@ async def invocation_page(request: Request, invocation_id: str, who: Looker) -> 
 async def cancel_invocation(invocation_id: str, who: Changer) -> Response:
     state = who.state
     await inv_service.cancel(
-        state.store, state.notifier, who.ns, invocation_id, who.now, who.principal
+        state.store, state.notifier, who.ns, invocation_id, who.now, who.principal, state.metrics
     )
     return RedirectResponse(f"/ui/ns/{who.ns.name}/invocations/{invocation_id}", status_code=303)
 
@@ -434,7 +434,15 @@ async def bulk_action(
     verb, state_name, done = BULK[action]
     state = who.state
     touched = await inv_service.bulk(
-        state.store, state.notifier, who.ns, name, verb, state_name, who.now, who.principal
+        state.store,
+        state.notifier,
+        who.ns,
+        name,
+        verb,
+        state_name,
+        who.now,
+        who.principal,
+        state.metrics,
     )
     return RedirectResponse(
         f"/ui/ns/{who.ns.name}/queues/{name}?touched={touched}&did={done}", status_code=303
