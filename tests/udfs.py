@@ -140,3 +140,9 @@ def pid_then_sleep(path: str, seconds: float) -> None:
 def environment() -> dict[str, str]:
     """This process's environment (what a UDF can read)."""
     return dict(os.environ)
+
+
+def fails_until(path: str) -> str:
+    """Fail (FileNotFoundError) until ``path`` exists, then return its text: a fault the
+    operator mends before retrying."""
+    return Path(path).read_text(encoding="utf-8")

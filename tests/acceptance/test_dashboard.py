@@ -227,3 +227,47 @@ def test_the_pages_fit_a_narrow_window(page: Page, server: LakeshoreServer) -> N
         page.goto(f"{server.url}/ui/ns/default/{path}")
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, (path, overflow)
+
+
+def test_a_failed_invocation_shows_its_traceback_and_is_retried_to_success(
+    page: Page, server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    fixed = tmp_path / "fixed.txt"  # the fault: this file is missing until it is mended
+    body = {"fn": "tests.udfs:fails_until", "args": [str(fixed)], "max_attempts": 1}
+    inv = http.post(f"{NS}/queues/flaky/invocations", json=body)
+    assert inv.status_code == 201, inv.text
+    invocation = inv.json()["id"]
+    daemon = start_daemon(server, tmp_path / "daemon.log", "--queue", "flaky")
+    try:
+        sign_in(page, server, server.admin_token)
+        page.wait_for_selector("#queues")
+        url = f"{server.url}/ui/ns/default/invocations/{invocation}"
+        state = reload_until(page, url, ("failed",))
+        assert state == "failed", (tmp_path / "daemon.log").read_text()
+        assert "FileNotFoundError" in page.inner_text("#inv-error")
+        traceback = page.inner_text("#inv-traceback")
+        assert "Traceback" in traceback and "fails_until" in traceback
+        shot(page, "invocation-failed", full=True)
+
+        fixed.write_text("mended", encoding="utf-8")
+        page.click("#retry")
+        state = reload_until(page, url, ("succeeded", "failed"))
+        assert state == "succeeded", (tmp_path / "daemon.log").read_text()
+        assert page.inner_text("#inv-result").strip() == '"mended"'
+        assert page.inner_text("#inv-attempts").startswith("2 of 2")
+        after = http.get(f"{NS}/invocations/{invocation}").json()
+        assert (after["id"], after["state"], after["attempts"]) == (invocation, "succeeded", 2)
+    finally:
+        stop(daemon)
+
+
+def reload_until(page: Page, url: str, states: tuple[str, ...], seconds: float = 60) -> str:
+    """Open ``url`` again (as a user presses reload) until the invocation's state is one of
+    ``states`` or ``seconds`` pass; the state last seen."""
+    deadline = time.monotonic() + seconds
+    while True:
+        page.goto(url)
+        state = page.inner_text("#inv-state").strip()
+        if state in states or time.monotonic() > deadline:
+            return state
+        page.wait_for_timeout(300)
