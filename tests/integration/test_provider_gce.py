@@ -20,8 +20,9 @@ from asgi_lifespan import LifespanManager
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
+from lakeshore.distribution import own_wheel
 from lakeshore.domain.fleet import LaunchBody
-from lakeshore.providers import LaunchError, LaunchRequest, build
+from lakeshore.providers import LaunchError, LaunchRequest, base, build
 from lakeshore.providers.gce import (
     GceConfig,
     GceProvider,
@@ -122,7 +123,8 @@ async def test_launch_inserts_an_instance_built_from_the_template(gce: GceFake) 
         "lakeshore-scope": "q",
     }
     assert startup_script(instance) == launch.startup_script("pip install lakeshore")
-    assert "echo ready\npip install lakeshore\n" in startup_script(instance)
+    assert "echo ready\n" in startup_script(instance)
+    assert "\npip install lakeshore\npython3 -m lakeshore daemon run" in startup_script(instance)
     assert instance["serviceAccounts"][0]["email"] == "runner@proj.iam.gserviceaccount.com"
     [seen] = gce.requests
     assert (seen.method, seen.path) == (
@@ -143,8 +145,9 @@ async def test_config_defaults_fill_what_the_template_leaves_out(gce: GceFake) -
     assert instance["disks"][0]["initializeParams"]["sourceImage"] == IMAGE
     assert instance["networkInterfaces"] == [{"network": "global/networks/default"}]
     assert "serviceAccounts" not in instance
-    default_install = "python3 -m pip install --quiet 'lakeshore=="
-    assert default_install in startup_script(instance)
+    # the default install fetches this server's own wheel from the control plane
+    assert base.default_install_command() in startup_script(instance)
+    assert f"/v1/dist/{own_wheel().filename}" in startup_script(instance)
     # the fake's list and get routes answer what the real client reads back
     anonymous = AnonymousCredentials()  # type: ignore[no-untyped-call]
     client = compute_v1.InstancesClient(

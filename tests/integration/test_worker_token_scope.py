@@ -7,6 +7,7 @@ submit or cancel work, or read the namespace's invocations.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -73,6 +74,12 @@ async def test_a_worker_token_does_a_daemons_work(
     )
     assert done.status_code == 200, done.text
     assert (await api.get("/healthz", headers=worker)).status_code == 200
+    # the launched machine fetches the server's wheel with its worker token
+    dist = await api.get("/v1/dist", headers=worker)
+    assert dist.status_code == 200, dist.text
+    wheel = await api.get(dist.json()["url"], headers=worker)
+    assert wheel.status_code == 200 and len(wheel.content) == dist.json()["size"]
+    assert hashlib.sha256(wheel.content).hexdigest() == dist.json()["sha256"]
     bye = await api.post(f"{W}/{worker_id}/bye", headers=worker)
     assert bye.status_code == 200, bye.text
 
@@ -90,7 +97,7 @@ async def test_a_worker_token_is_refused_on_every_other_route(
     paths = (await api.get("/openapi.json")).json()["paths"]
     tried = 0
     for path, operations in paths.items():
-        if path.startswith(f"{W}/") or path == "/healthz":
+        if path.startswith((f"{W}/", "/v1/dist")) or path == "/healthz":
             continue
         for method in operations:
             response = await api.request(method.upper(), _filled(path), json={}, headers=worker)

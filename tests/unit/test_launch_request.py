@@ -33,11 +33,11 @@ def test_daemon_args_carry_the_launch() -> None:
 
 
 def test_the_startup_script_runs_its_steps_in_order_then_powers_off(tmp_path: Path) -> None:
-    """Run the script with stand-ins for lakeshore and shutdown: every step in order, the
+    """Run the script with stand-ins for python3 (the daemon) and shutdown: every step in order, the
     daemon with its environment, and the power-off once it exits, even if it failed."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "lakeshore").write_text(
+    (bin_dir / "python3").write_text(
         '#!/bin/bash\necho "daemon $LAKESHORE_URL $LAKESHORE_TOKEN $*" >> steps\nexit 3\n'
     )
     (bin_dir / "shutdown").write_text('#!/bin/bash\necho "shutdown $*" >> steps\n')
@@ -55,7 +55,9 @@ def test_the_startup_script_runs_its_steps_in_order_then_powers_off(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     steps = (tmp_path / "steps").read_text().splitlines()
     assert steps[:4] == ["boot", "setup-1", "its quoted", "install"]
-    assert steps[4].startswith("daemon http://10.0.0.1:8270 lks_x_y daemon run --launch-id lch_1")
+    assert steps[4].startswith(
+        "daemon http://10.0.0.1:8270 lks_x_y -m lakeshore daemon run --launch-id lch_1"
+    )
     assert steps[5] == "shutdown -h now"
 
 

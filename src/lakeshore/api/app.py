@@ -25,6 +25,7 @@ from lakeshore.api.measured import Measured
 from lakeshore.api.routes import (
     admin,
     daemons,
+    dist,
     feed,
     health,
     invocations,
@@ -228,6 +229,7 @@ def create_app(
         daemons.router,
         invocations.router,
         worker_routes.router,
+        dist.router,
     )
     for router in routers:
         app.include_router(router)

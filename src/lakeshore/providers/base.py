@@ -12,6 +12,7 @@ pages say. ``local``, ``kube``, ``ec2`` and ``gce`` are the real providers.
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 import threading
 from collections.abc import Callable, Mapping
@@ -20,7 +21,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from lakeshore import __version__
+from lakeshore.distribution import DIST_NAME, Wheel, own_wheel
 from lakeshore.domain.fleet import LaunchBody
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import InvalidInput
@@ -118,26 +119,79 @@ class LaunchRequest:
 
     def startup_script(self, install_command: str) -> str:
         """A bash script for a fresh machine (EC2 user-data, a GCE startup script): the
-        template's bootstrap script, its setup commands in order, the install command,
-        then the daemon in the foreground. Any failing step stops the script. When the
-        daemon exits (retired, or its token refused because its launch was given up on)
-        the machine powers itself off, so a machine nobody uses does not keep running."""
+        template's bootstrap script, its setup commands in order, the daemon's environment,
+        the install command, then the daemon in the foreground (with the interpreter the
+        install used). Any failing step stops the script. When the daemon exits (retired,
+        or its token refused because its launch was given up on) the machine powers itself
+        off, so a machine nobody uses does not keep running."""
         lines = ["#!/bin/bash", "set -euo pipefail"]
         if self.body.bootstrap_script:
             lines.append(self.body.bootstrap_script)
         lines.extend(self.body.setup_commands)
-        lines.append(install_command)
         lines.extend(
             f"export {key}={shlex.quote(value)}" for key, value in self.daemon_env().items()
         )
-        lines.append(shlex.join(["lakeshore", *self.daemon_args()]) + " || true")
+        lines.append(install_command)
+        lines.append(shlex.join(["python3", "-m", "lakeshore", *self.daemon_args()]) + " || true")
         lines.append("shutdown -h now || poweroff")
         return "\n".join(lines) + "\n"
 
 
-def default_install_command() -> str:
-    """How a fresh machine installs this very version of Lakeshore."""
-    return f"python3 -m pip install --quiet 'lakeshore=={__version__}'"
+# Run by python3 on the launched machine: fetch the control plane's wheel with the
+# daemon's token, retrying while the machine's network comes up, and check its checksum.
+_FETCH = """\
+import hashlib, os, sys, time, urllib.error, urllib.request
+url = os.environ["LAKESHORE_URL"].rstrip("/") + "/v1/dist/{filename}"
+token = os.environ.get("LAKESHORE_TOKEN", "")
+request = urllib.request.Request(url, headers={{"Authorization": "Bearer " + token}})
+for attempt in range(12):
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            data = answer.read()
+        break
+    except urllib.error.HTTPError as exc:
+        if exc.code < 500:  # refused or not there: trying again changes nothing
+            sys.exit(f"lakeshore: fetching {{url}}: {{exc}}")
+        print(f"lakeshore: fetching {{url}}: {{exc}}", file=sys.stderr)
+    except OSError as exc:
+        print(f"lakeshore: fetching {{url}}: {{exc}}", file=sys.stderr)
+    time.sleep(min(2 ** attempt, 30))
+else:
+    sys.exit(f"lakeshore: could not fetch {{url}}")
+if hashlib.sha256(data).hexdigest() != "{sha256}":
+    sys.exit(f"lakeshore: the wheel from {{url}} does not match its checksum {sha256}")
+with open(sys.argv[1], "wb") as out:
+    out.write(data)
+"""
+
+
+def default_install_command(wheel: Wheel | None = None) -> str:
+    """How a fresh machine comes to run this server's exact code: unless its python3
+    already has it (an image built with it: the same wheel checksum), fetch the server's
+    own wheel from the control plane (``GET /v1/dist/…``, checked against its SHA-256) and
+    install it with its dependencies from the package index. The image needs python3 with
+    pip (a bootstrap script or setup command can install them)."""
+    wheel = wheel or own_wheel()
+    same = (
+        "python3 -c 'import sys; from lakeshore.distribution import own_wheel; "
+        f'sys.exit(own_wheel().sha256 != "{wheel.sha256}")\' 2>/dev/null'
+    )
+    fetch = _FETCH.format(filename=wheel.filename, sha256=wheel.sha256)
+    return "\n".join(
+        [
+            f"if {same}; then",
+            f'  echo "lakeshore: {DIST_NAME} {wheel.version} ({wheel.sha256[:12]}) is installed"',
+            "else",
+            f'  LAKESHORE_WHEEL="$(mktemp -d)/{wheel.filename}"',
+            "  python3 - \"$LAKESHORE_WHEEL\" <<'LAKESHORE_FETCH'",
+            fetch.rstrip("\n"),
+            "LAKESHORE_FETCH",
+            '  python3 -m pip install --quiet "$LAKESHORE_WHEEL"',
+            "  # the same version with other code may be there already: this code wins",
+            '  python3 -m pip install --quiet --force-reinstall --no-deps "$LAKESHORE_WHEEL"',
+            "fi",
+        ]
+    )
 
 
 class Provider(Protocol):
@@ -161,6 +215,28 @@ class Kind:
     config: type[BaseModel]
     factory: Callable[[str, Any], Provider]
     admin_only: bool = False  # runs code on the server's machine, or with its credentials
+    sdk: str | None = None  # the client library it needs, e.g. "boto3"
+    extra: str | None = None  # the package's extra that installs that library, e.g. "aws"
+
+
+def sdk_installed(module: str) -> bool:
+    """Whether ``module`` can be imported here (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_extra(kind: str) -> str | None:
+    """What to install before a provider of ``kind`` can run here, or None: the cloud
+    SDKs come with the package's extras (``aws``, ``gcp``, ``kube``), not by default."""
+    spec = KINDS.get(kind)
+    if spec is None or spec.sdk is None or sdk_installed(spec.sdk):
+        return None
+    return (
+        f'provider kind "{kind}" needs {spec.sdk}, which this server does not have: '
+        f"install the {spec.extra} extra (pip install '{DIST_NAME}[{spec.extra}]') and restart"
+    )
 
 
 KINDS: dict[str, Kind] = {}
@@ -189,7 +265,11 @@ def parse_config(kind: str, config: Any) -> BaseModel:
 
 
 def build(name: str, kind: str, config: Any) -> Provider:
-    """The provider a stored registration describes."""
+    """The provider a stored registration describes (a LaunchError when its SDK is not
+    installed here)."""
+    missing = missing_extra(kind)
+    if missing:
+        raise LaunchError(missing)
     parsed = parse_config(kind, config)
     return KINDS[kind].factory(name, parsed)
 

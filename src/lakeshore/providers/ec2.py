@@ -31,6 +31,7 @@ from typing import Annotated, Any, Final
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
 from lakeshore import __version__
+from lakeshore.distribution import own_wheel
 from lakeshore.providers import base
 
 DEFAULT_LAUNCH_TTL_S: Final = 300.0  # instances take minutes to boot and say hello
@@ -113,6 +114,7 @@ class Ec2Provider:
     # --- the protocol -------------------------------------------------------------------
 
     async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
+        await asyncio.to_thread(own_wheel)  # built once, off the loop, for the user-data
         params = self.run_params(request)
         attempt: base.Attempt[str] = base.Attempt()
         try:
@@ -344,4 +346,7 @@ def explain(exc: BaseException, operation: str, config: Ec2Config) -> str:
 
 def install() -> None:
     # the server's own AWS credentials: only the admin may hand them to a namespace
-    base.register("ec2", base.Kind(config=Ec2Config, factory=Ec2Provider, admin_only=True))
+    base.register(
+        "ec2",
+        base.Kind(config=Ec2Config, factory=Ec2Provider, admin_only=True, sdk="boto3", extra="aws"),
+    )

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lakeshore.distribution import own_wheel
 from lakeshore.providers import base
 
 if TYPE_CHECKING:
@@ -227,6 +228,7 @@ class GceProvider:
         self.launch_ttl_s = config.launch_ttl_s
 
     async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
+        await asyncio.to_thread(own_wheel)  # built once, off the loop, for the script
         spec = instance_spec(self.config, request)
         project, zone, name = self.config.project, self.config.zone, spec["name"]
         attempt: base.Attempt[str] = base.Attempt()
@@ -309,4 +311,13 @@ class GceProvider:
 def install() -> None:
     # it acts with the server's own Google Cloud credentials (and may attach a service
     # account to a machine running the template's scripts): the admin token registers it
-    base.register("gce", base.Kind(config=GceConfig, factory=GceProvider, admin_only=True))
+    base.register(
+        "gce",
+        base.Kind(
+            config=GceConfig,
+            factory=GceProvider,
+            admin_only=True,
+            sdk="google.cloud.compute_v1",
+            extra="gcp",
+        ),
+    )

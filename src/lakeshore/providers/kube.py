@@ -287,4 +287,9 @@ def _parse_handle(handle: Mapping[str, Any]) -> tuple[str, str, str | None]:
 
 def install() -> None:
     # the server's own cluster credentials: only the admin may hand them to a namespace
-    base.register("kube", base.Kind(config=KubeConfig, factory=KubeProvider, admin_only=True))
+    base.register(
+        "kube",
+        base.Kind(
+            config=KubeConfig, factory=KubeProvider, admin_only=True, sdk="kubernetes", extra="kube"
+        ),
+    )

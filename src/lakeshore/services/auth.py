@@ -29,10 +29,12 @@ from lakeshore.store.engine import Store
 
 PrincipalKind = Literal["admin", "namespace", "worker"]
 
-WORKER_ROUTES = "/v1/workers/"
+# a launched daemon's routes, and the wheel its machine installs before it says hello
+WORKER_ROUTES = ("/v1/workers/", "/v1/dist")
 WORKER_SCOPE = (
     "a worker token (minted for one launched daemon) may call only the worker routes "
-    "(/v1/workers/…); use a namespace token for anything else"
+    "(/v1/workers/…) and fetch the server's wheel (/v1/dist); use a namespace token for "
+    "anything else"
 )
 
 

@@ -24,6 +24,7 @@ from lakeshore.domain.names import Name, is_valid_name
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import Conflict, Forbidden, InvalidInput, NotFound
 from lakeshore.providers import KINDS, parse_config
+from lakeshore.providers.base import missing_extra
 from lakeshore.services.auth import Principal
 from lakeshore.services.namespaces import Namespace
 from lakeshore.store import launches as launch_store
@@ -106,6 +107,9 @@ def _check_kind(caller: Principal, kind: str) -> None:
             f'provider kind "{kind}" runs code on the server\'s own machine or with its own '
             "cloud credentials: only the admin token can register one"
         )
+    missing = missing_extra(kind)
+    if missing:
+        raise InvalidInput(missing, field="kind")
 
 
 async def _load(conn: AsyncConnection, ns: Namespace, name: str) -> RowMapping:
