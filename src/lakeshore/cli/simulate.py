@@ -219,7 +219,7 @@ def _plot(path: Path, reports: list[Report]) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise CliError("--plot needs matplotlib: pip install 'lakeshore[plot]'") from None
+        raise CliError("--plot needs matplotlib: pip install 'lakeshore-queues[plot]'") from None
     figure, axes = plt.subplots(3, 1, sharex=True, figsize=(10, 7), dpi=80, layout="constrained")
     for report in reports:
         hours = [row[0] / 3_600 for row in report.timeline]
