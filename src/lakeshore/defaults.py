@@ -10,6 +10,7 @@ from typing import Final
 
 import platformdirs
 
+DIST_NAME: Final = "lakeshore-queues"  # the distribution's name on the package index
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8270
 DEFAULT_URL: Final = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"

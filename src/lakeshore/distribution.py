@@ -22,8 +22,8 @@ from pathlib import Path
 from wheel.wheelfile import WheelFile
 
 import lakeshore
+from lakeshore.defaults import DIST_NAME
 
-DIST_NAME = "lakeshore-queues"  # the distribution's name on the package index
 WHEEL_TAG = "py3-none-any"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: every entry the same, for one checksum
 _SKIP_DIRS = frozenset({"__pycache__"})

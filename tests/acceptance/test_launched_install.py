@@ -5,7 +5,8 @@ a fresh machine's ``python3``, against a real ``lakeshore server``. It fetches t
 own wheel with the launch's worker token, checks its checksum, installs it with its
 dependencies from the package index (no cloud SDK: a daemon needs none), and the daemon
 says hello for its launch. The second script finds the same code installed and skips the
-install, as on an image built with it.
+install, as on an image built with it. On that machine, with no extra installed, ``lakeshore
+up`` runs work and refuses a cloud provider, naming the extra it needs.
 
 The store plays no part here, so one backend (SQLite) serves; EC2 is moto's server and
 GCE the suite's fake of its REST routes, both on 127.0.0.1.
@@ -28,9 +29,18 @@ import boto3
 import httpx
 import pytest
 
-from lakeshore.distribution import DIST_NAME, Wheel, own_wheel
+from lakeshore.defaults import DIST_NAME
+from lakeshore.distribution import Wheel, own_wheel
 from lakeshore.providers.base import default_install_command
-from tests.acceptance.conftest import WIDE, LakeshoreServer, clean_env, running_server
+from tests.acceptance.conftest import (
+    WIDE,
+    LakeshoreServer,
+    _stop,
+    _wait_healthy,
+    clean_env,
+    free_port,
+    running_server,
+)
 from tests.integration import gce_fake
 from tests.integration.gce_fake import GceFake
 from tests.integration.test_provider_ec2 import AMI, REGION, moto_url  # noqa: F401  # fixture
@@ -254,3 +264,69 @@ def test_a_wheel_that_does_not_match_its_checksum_is_not_installed(
     )
     assert done.returncode != 0
     assert "does not match its checksum" in done.stderr, done.stderr
+
+
+@pytest.fixture(scope="module")
+def installed_machine(machine: Path) -> Path:
+    """The machine with the server's wheel installed as a user would: no extras (a no-op
+    when the start-up script test above installed it already)."""
+    wheel = own_wheel()
+    path = machine / wheel.filename
+    path.write_bytes(wheel.data)
+    pip = [str(machine / "venv" / "bin" / "python3"), "-m", "pip", "install", "--quiet"]
+    done = subprocess.run([*pip, str(path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return machine
+
+
+def test_without_extras_up_runs_work_and_refuses_a_cloud_provider_naming_its_extra(
+    installed_machine: Path, tmp_path: Path
+) -> None:
+    """``pip install lakeshore-queues`` with no extra: ``lakeshore up`` launches a local
+    daemon that runs an invocation, and an ``ec2`` provider is refused, naming ``[aws]``."""
+    lakeshore = installed_machine / "venv" / "bin" / "lakeshore"
+    port = free_port()
+    url, log_path = f"http://127.0.0.1:{port}", tmp_path / "up.log"
+    args = [str(lakeshore), "up", "--port", str(port), "--data-dir", str(tmp_path / "data")]
+    env = {
+        "PATH": f"{installed_machine / 'venv' / 'bin'}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "ELASTICITY_INTERVAL_S": "0.3",
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            args, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        _wait_healthy(process, url, log_path, 0)
+        token = (tmp_path / "data" / "admin-token").read_text().strip()
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ) as http:
+            ec2 = {"name": "aws", "kind": "ec2", "config": {"region": REGION}}
+            refused = http.post(f"{NS}/providers", json=ec2)
+            assert refused.status_code == 422, refused.text
+            assert "pip install 'lakeshore-queues[aws]'" in refused.json()["error"]["message"]
+            queue = {
+                "name": "plain",
+                "providerRef": "local",
+                "elasticity": {"kind": "fully_elastic", "min": 0, "max": 1},
+            }
+            assert http.post(f"{NS}/queues", json=queue).status_code == 201
+            sent = http.post(
+                f"{NS}/queues/plain/invocations", json={"fn": "json:dumps", "args": [[1, 2]]}
+            )
+            assert sent.status_code == 201, sent.text
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                found = http.get(f"{NS}/invocations/{sent.json()['id']}").json()
+                if found["state"] in ("succeeded", "failed"):
+                    break
+                time.sleep(0.3)
+            assert (found["state"], found["result"]) == ("succeeded", "[1, 2]"), found
+    except BaseException:
+        print(log_path.read_text(errors="replace"))
+        raise
+    finally:
+        _stop(process)

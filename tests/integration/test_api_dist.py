@@ -14,7 +14,8 @@ import zipfile
 import httpx
 import pytest
 
-from lakeshore.distribution import DIST_NAME, build, own_wheel
+from lakeshore.defaults import DIST_NAME
+from lakeshore.distribution import build, own_wheel
 
 PROVIDERS = "/v1/namespaces/default/providers"
 

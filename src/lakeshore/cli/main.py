@@ -16,7 +16,7 @@ from lakeshore.cli.context import CliContext
 from lakeshore.cli.demo import demo
 from lakeshore.cli.server import server, up
 from lakeshore.cli.simulate_command import simulate
-from lakeshore.defaults import DEFAULT_URL
+from lakeshore.defaults import DEFAULT_URL, DIST_NAME
 
 app = typer.Typer(
     name="lakeshore",
@@ -29,7 +29,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        print(f"lakeshore {__version__}")
+        print(f"lakeshore {__version__} ({DIST_NAME} on the package index)")
         raise typer.Exit()
 
 

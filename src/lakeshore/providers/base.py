@@ -21,7 +21,8 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from lakeshore.distribution import DIST_NAME, Wheel, own_wheel
+from lakeshore.defaults import DIST_NAME
+from lakeshore.distribution import Wheel, own_wheel
 from lakeshore.domain.fleet import LaunchBody
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import InvalidInput
