@@ -28,8 +28,8 @@ def identified(pid: object, started: object) -> psutil.Process | None:
     :func:`start_time`), else None."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
-    if not isinstance(started, float):  # not recorded by create_time(): cannot be told apart
-        return None
+    if isinstance(started, bool) or not isinstance(started, int | float):
+        return None  # none recorded: the process cannot be told apart from a pid reused
     try:
         process = psutil.Process(pid)
         same = process.create_time() == started
