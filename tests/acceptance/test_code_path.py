@@ -1,7 +1,7 @@
-"""Where a daemon finds user code, as the README's example has it: a module in the
-directory the daemon (or ``lakeshore up``) was started in is importable by its UDFs with
-no PYTHONPATH; ``--path`` points elsewhere; a module that is nowhere fails its invocation
-once, saying where the daemon looked and how to fix it."""
+"""Where a daemon finds user code: a module in the directory the daemon was started in is
+importable by its UDFs with no PYTHONPATH; ``--path`` points elsewhere; a module that is
+nowhere fails its invocation once, saying where the daemon looked and how to fix it.
+Daemons launched by ``lakeshore up`` import from its directory: see test_readme.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.acceptance.conftest import LAKESHORE, WIDE, LakeshoreServer, clean_env, free_port
+from tests.acceptance.conftest import LAKESHORE, WIDE, LakeshoreServer, clean_env
 from tests.acceptance.test_daemons import stop
-from tests.acceptance.test_up_and_local import NS, elastic_queue, wait_for
-from tests.acceptance.test_up_restart import up_on
+from tests.acceptance.test_up_and_local import NS
 
 pytestmark = pytest.mark.acceptance
 
@@ -98,23 +97,3 @@ def test_a_module_that_is_nowhere_fails_once_saying_where_the_daemon_looked(
     message = done["error"]["message"]
     assert "No module named 'usercode_nowhere'" in message
     assert str(tmp_path) in message and "--path DIR" in message, message
-
-
-def test_daemons_launched_by_up_import_from_up_s_working_directory(tmp_path: Path) -> None:
-    """The README's example: ``square`` in a module where ``lakeshore up`` runs, a queue
-    on the ``local`` provider, a submit: the launched daemon runs it."""
-    (tmp_path / "usercode_up.py").write_text(MODULE)
-    with up_on(tmp_path, free_port()) as up:
-        up.post(f"{NS}/queues", elastic_queue("readme", 0, 1, providerRef="local"))
-        sent = up.http.post(
-            f"{NS}/queues/readme/invocations", json={"fn": "usercode_up:square", "args": [9]}
-        )
-        assert sent.status_code == 201, sent.text
-        invocation = sent.json()["id"]
-
-        def finished() -> dict[str, Any] | None:
-            found: dict[str, Any] = up.http.get(f"{NS}/invocations/{invocation}").json()
-            return found if found["state"] in ("succeeded", "failed") else None
-
-        done = wait_for(finished, 90, "the invocation to finish")
-        assert (done["state"], done["result"]) == ("succeeded", 81), done

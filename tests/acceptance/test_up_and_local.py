@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import psutil
 import pytest
 
 from tests.acceptance.conftest import (
@@ -49,16 +50,15 @@ def wait_for(probe: Callable[[], T], timeout_s: float, what: str, every_s: float
     pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
-def running(pid: int, started: int | None = None) -> bool:
+def running(pid: int, started: float | None = None) -> bool:
     """Whether ``pid`` is a live (not zombie) process, started at ``started`` if given."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or process.create_time() == started
+    except psutil.NoSuchProcess:
         return False
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return False
-    return started is None or int(fields[19]) == started
 
 
 def ancestors() -> set[int]:

@@ -11,9 +11,11 @@ test stops what it started.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,6 +25,7 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
+from lakeshore import processes
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
 from lakeshore.domain import fleet
@@ -107,7 +110,7 @@ def stand_in() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def handle_of(process: subprocess.Popen[bytes] | asyncio.subprocess.Process) -> dict[str, Any]:
-    return {"pid": process.pid, "started": local.start_time(process.pid)}
+    return {"pid": process.pid, "started": processes.start_time(process.pid)}
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -427,6 +430,46 @@ async def test_alive_and_stop_never_take_a_reused_pid_for_the_daemon(
     assert not local.alive({"pid": "12"})
     assert not local.alive({"pid": 0, "started": 1})
     assert not local.alive({})
+    unknown = {"pid": stand_in.pid, "started": None}  # no start time: cannot be told apart
+    assert not local.alive(unknown)
+    await provider("p", tmp_path, grace_s=0).terminate(unknown, "wrk_1")
+    assert stand_in.poll() is None and running(stand_in.pid)
     stand_in.kill()
     stand_in.wait(timeout=10)
     assert not local.alive(handle)
+
+
+IGNORES_SIGTERM = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(60)"
+)
+
+
+async def test_terminate_kills_a_group_member_that_outlives_the_daemon(tmp_path: Path) -> None:
+    """The daemon (its group's leader) obeys SIGTERM, but a process it started in its group
+    ignores it: after ``grace_s`` that process is SIGKILLed too, not left behind."""
+    leader_code = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', {IGNORES_SIGTERM!r}], "
+        "stdout=subprocess.PIPE, text=True); "
+        "assert p.stdout.readline() == 'ready\\n'; print(p.pid, flush=True); time.sleep(60)"
+    )
+    leader = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", leader_code, stdout=asyncio.subprocess.PIPE, start_new_session=True
+    )
+    member = 0
+    try:
+        assert leader.stdout is not None
+        async with asyncio.timeout(30):
+            member = int(await leader.stdout.readline())
+        assert os.getpgid(member) == leader.pid and running(member)
+        await provider("p", tmp_path, grace_s=1).terminate(handle_of(leader), "wrk_1")
+        async with asyncio.timeout(10):
+            assert await leader.wait() == -signal.SIGTERM
+        assert await gone(member)
+    finally:
+        if member and running(member):
+            os.kill(member, signal.SIGKILL)
+        if leader.returncode is None:
+            leader.kill()
+            await leader.wait()

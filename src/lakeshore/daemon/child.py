@@ -36,6 +36,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from lakeshore import processes
 from lakeshore.daemon import calls, linux
 
 Reply = calls.Reply
@@ -118,7 +119,7 @@ class Child:
         for stream in (sys.stdout, sys.stderr):  # what the UDF printed, to the daemon's log
             with contextlib.suppress(Exception):
                 stream.flush()
-        self.send("done", tid, reply[0], reply[1], linux.rss_bytes())
+        self.send("done", tid, reply[0], reply[1], processes.rss_bytes())
 
     def _set_up(self, tid: str, target: Any) -> Reply | None:
         """Run the target's set-up hook unless it ran here already; an error reply if it
@@ -259,10 +260,10 @@ class Child:
             os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
-        me = os.getpid()  # reading /proc costs milliseconds: only when there may be some
+        me = os.getpid()  # listing a group costs milliseconds: only when there may be some
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
-            others = [pid for pid in linux.group_members(me) if pid != me]
+            others = [p.pid for p in processes.group_members(me) if p.pid != me]
             if not others:
                 return
             for pid in others:

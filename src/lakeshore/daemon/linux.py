@@ -4,15 +4,15 @@
   ends, so a daemon killed with SIGKILL takes its children with it.
 - :func:`become_subreaper`: processes orphaned below the daemon (a UDF's own children whose
   parent exited) are re-parented to the daemon rather than to PID 1, so it can reap them.
-- :func:`group_members`: the processes of a process group, read from ``/proc``.
-- :func:`rss_bytes`: this process's resident memory now.
+
+A process group's members and a process's resident memory are read through psutil, in
+:mod:`lakeshore.processes`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import resource
 import signal
 import sys
 
@@ -46,36 +46,3 @@ def die_with_parent(parent_pid: int) -> None:
 def become_subreaper() -> bool:
     """Adopt this process's orphaned descendants (Linux); whether it took effect."""
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
-def group_members(pgid: int) -> list[int]:
-    """The processes (zombies included) whose process group is ``pgid``; [] without
-    ``/proc``."""
-    members = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                text = stat.read()
-        except OSError:  # gone meanwhile
-            continue
-        # "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses
-        fields = text[text.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
-
-
-def rss_bytes() -> int:
-    """Resident memory of this process (``/proc/self/statm``; elsewhere its peak)."""
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak if sys.platform == "darwin" else peak * 1024

@@ -5,8 +5,10 @@ time-out, ``setup_timeout_s``; one that fails fails the launch), then starts ``l
 daemon run`` with the launch's queues, runners, capacity and tags, and its server URL,
 namespace and worker token in its environment. Its output goes to
 ``<working dir>/logs/<launch id>.log``. The handle records the pid and the process's start
-time, so a daemon is found again (and never mistaken for another process that reused its
-pid) after a server restart. Terminate sends SIGTERM, then SIGKILL after ``grace_s``.
+time (psutil's ``create_time``), so a daemon is found again (and never mistaken for another
+process that reused its pid) after a server restart. Terminate sends SIGTERM to the
+daemon's process group, gives its members ``grace_s`` to exit, then SIGKILLs the group if
+any is left.
 Launched daemons exit by themselves once their server has been unreachable for
 ``orphan_after_s``, so none outlives a server that is gone.
 
@@ -37,6 +39,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lakeshore import processes
 from lakeshore.providers import base
 
 MAX_OUTPUT_SHOWN = 400
@@ -72,29 +75,9 @@ def lakeshore_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "lakeshore.cli.main"]
 
 
-def start_time(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot), or None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if len(fields) <= 19 or fields[0] in ("Z", "X"):  # exited (a zombie is not running)
-        return None
-    return int(fields[19])
-
-
 def alive(handle: Mapping[str, Any]) -> bool:
     """Whether the handle's process still runs (the same process, not a reused pid)."""
-    pid, started = handle.get("pid"), handle.get("started")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    now = start_time(pid)
-    if now is None:
-        return False
-    if not isinstance(started, int):  # recorded where /proc is missing: trust the pid
-        return True
-    return now == started
+    return processes.identified(handle.get("pid"), handle.get("started")) is not None
 
 
 class LocalProvider:
@@ -161,7 +144,8 @@ class LocalProvider:
             except OSError as exc:
                 raise base.LaunchError(f"cannot start the daemon: {exc}") from exc
         _CHILDREN.setdefault(self.name, {})[process.pid] = process
-        return {"pid": process.pid, "started": start_time(process.pid), "log": str(log_path)}
+        started = processes.start_time(process.pid)
+        return {"pid": process.pid, "started": started, "log": str(log_path)}
 
     async def _setup(self, what: str, script: str, env: dict[str, str]) -> None:
         """Run one step within ``setup_timeout_s``; its process group is killed if it
@@ -197,6 +181,7 @@ class LocalProvider:
 
 
 LAUNCH_SLACK_S = 10.0  # starting the daemon itself, after the setup scripts
+KILL_WAIT_S = 5.0  # for SIGKILLed processes to be gone
 
 # daemons started in this process, per provider name (for max_daemons)
 _CHILDREN: dict[str, dict[int, asyncio.subprocess.Process]] = {}
@@ -226,13 +211,6 @@ def live_daemons(provider: str) -> list[int]:
     return [*mine, *adopted]
 
 
-def _child(pid: int) -> asyncio.subprocess.Process | None:
-    for mine in _CHILDREN.values():
-        if pid in mine:
-            return mine[pid]
-    return None
-
-
 async def _kill_group(process: asyncio.subprocess.Process) -> None:
     _signal_group(process.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
@@ -245,29 +223,17 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 async def stop(handle: Mapping[str, Any], *, grace_s: float) -> None:
-    """SIGTERM, up to ``grace_s`` to exit, then SIGKILL. A process already gone is fine."""
-    if not alive(handle):
+    """SIGTERM to the daemon's process group, up to ``grace_s`` for its members to exit,
+    then SIGKILL to the group if any is left. A process already gone is fine."""
+    leader = processes.identified(handle.get("pid"), handle.get("started"))
+    if leader is None:
         return
-    pid = int(handle["pid"])
-    _signal_group(pid, signal.SIGTERM)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace_s
-    while loop.time() < deadline:
-        child = _child(pid)
-        if child is not None and child.returncode is None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.1):
-                    await child.wait()
-        else:
-            await asyncio.sleep(0.1)
-        if not alive(handle) or (child is not None and child.returncode is not None):
-            return
-    _signal_group(pid, signal.SIGKILL)
-    child = _child(pid)
-    if child is not None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5):
-                await child.wait()
+    members = processes.group_members(leader.pid)  # the leader among them
+    _signal_group(leader.pid, signal.SIGTERM)
+    left = await processes.wait_gone(members or [leader], grace_s)
+    if left:  # the group still has members, so its id cannot have been handed out again
+        _signal_group(leader.pid, signal.SIGKILL)
+        await processes.wait_gone(left, KILL_WAIT_S)
 
 
 def install() -> None:
