@@ -1,4 +1,5 @@
-"""``lakeshore submit`` and ``lakeshore invocations list|show|stream|cancel``."""
+"""``lakeshore submit`` and ``lakeshore invocations list|show|stream`` (cancel and retry:
+:mod:`lakeshore.cli.invocation_actions`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typer
 
 from lakeshore.cli import context, output
 
-app = typer.Typer(help="Inspect, follow and cancel invocations.", no_args_is_help=True)
+app = typer.Typer(help="Inspect, follow, cancel and retry invocations.", no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 Id = Annotated[str, typer.Argument(help="Invocation id.", show_default=False)]
@@ -159,14 +160,3 @@ def stream(
             if data["state"] != "succeeded":
                 raise typer.Exit(1)
             return
-
-
-@app.command("cancel")
-def cancel(ctx: typer.Context, invocation_id: Id, as_json: Json = False) -> None:
-    """Cancel a pending or running invocation."""
-    cli = context.get(ctx)
-    found = cli.client.request("POST", cli.ns_path("invocations", invocation_id, "cancel"))
-    if as_json:
-        output.print_json(found)
-    else:
-        output.console.print(f"invocation {invocation_id} is {found['state']}", markup=False)

@@ -6,10 +6,18 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from lakeshore import __version__
-from lakeshore.cli import admin, daemon, feed, invocations, output, providers, queues
+from lakeshore.cli import (
+    admin,
+    daemon,
+    feed,
+    invocation_actions,
+    invocations,
+    output,
+    providers,
+    queues,
+)
 from lakeshore.cli.apply_command import apply
 from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
@@ -70,6 +78,7 @@ app.add_typer(providers.app, name="providers")
 app.add_typer(admin.namespaces, name="namespaces")
 app.add_typer(admin.tokens, name="tokens")
 app.add_typer(daemon.app, name="daemon")
+invocation_actions.register(invocations.app)
 app.add_typer(invocations.app, name="invocations")
 app.command("submit")(invocations.submit)
 app.command("apply")(apply)
@@ -80,7 +89,7 @@ def main() -> None:
     try:
         app()
     except CliError as exc:
-        output.errors.print(Text.assemble(("error: ", "bold red"), str(exc)))
+        output.failure(str(exc))
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

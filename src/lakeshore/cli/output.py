@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
@@ -15,6 +16,11 @@ errors = Console(stderr=True, soft_wrap=True)
 def note(text: str) -> None:
     """A line for people on stderr, printed as given (no markup, no wrapping)."""
     errors.print(text, markup=False, highlight=False)
+
+
+def failure(text: str) -> None:
+    """``error: text`` on stderr, as the CLI reports every failure."""
+    errors.print(Text.assemble(("error: ", "bold red"), text))
 
 
 JSON_HELP = "Print JSON (for scripts) instead of a table."
