@@ -255,7 +255,7 @@ def launch(
         body["provider"] = provider
     data = cli.client.request("POST", cli.ns_path("daemons"), json=body)
     if as_json:
-        output.print_json(data)
+        output.data(data)
         return
     failed = [launch for launch in data["launches"] if launch["error"]]
     for launch in data["launches"]:
@@ -279,7 +279,7 @@ def list_(
         "GET", cli.ns_path("daemons"), params={"queue": queue} if queue else None
     )
     if as_json:
-        output.print_json(data)
+        output.data(data)
         return
     rows = [
         [
@@ -289,10 +289,15 @@ def list_(
             d["provider"] or "",
             "retiring" if d["retiring"] else "",
             d["lastSeenAt"],
+            d["runners"],
+            d["tags"],
+            d["launchId"],
+            d["createdAt"],
         ]
         for d in data["daemons"]
     ]
-    output.table(["id", "queues", "running", "provider", "", "last seen"], rows)
+    columns = ["id", "queues", "running", "provider", "", "last seen"]
+    output.table([*columns, "runners", "tags", "launch", "created"], rows, wide=4)
 
 
 @app.command("kill")

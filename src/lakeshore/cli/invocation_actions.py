@@ -68,7 +68,7 @@ def _each(cli: CliContext, action: str, ids: list[str], as_json: bool) -> None:
             )
     if as_json and (done or len(ids) > 1):
         # as kubectl does: one name asked for, one object; several, a list
-        output.print_json(done[0] if len(ids) == 1 else done)
+        output.data(done[0] if len(ids) == 1 else done)
     if refused:
         raise typer.Exit(1)
 
@@ -77,7 +77,7 @@ def _bulk(cli: CliContext, action: str, queue: str, state: str, as_json: bool) -
     path = cli.ns_path("queues", queue, "invocations", action)
     touched = cli.client.request("POST", path, json={"state": state})
     if as_json:
-        output.print_json(touched)
+        output.data(touched)
     else:
         verb = "retried" if action == "retry" else "cancelled"
         output.console.print(

@@ -69,7 +69,7 @@ def submit(
             body[name] = value
     created = cli.client.request("POST", cli.ns_path("queues", queue, "invocations"), json=body)
     if as_json:
-        output.print_json(created)
+        output.data(created)
     else:
         print(created["id"])
 
@@ -105,12 +105,15 @@ def list_(
     rows = page["invocations"]
     more = page.get("next_cursor")
     if as_json:
-        output.print_json(rows)
+        output.data(rows)
         if more:
             typer.echo(f"next page: --cursor {more}", err=True)
         return
     output.table(
-        ["id", "fn", "state", "attempts", "worker", "created"],
+        [
+            *("id", "fn", "state", "attempts", "worker", "created"),
+            *("key", "priority", "started", "finished", "error"),  # -o wide
+        ],
         [
             [
                 r["id"],
@@ -119,9 +122,15 @@ def list_(
                 f"{r['attempts']}/{r['max_attempts']}",
                 r["worker"],
                 r["created_at"],
+                r["key"],
+                r["priority"],
+                r["started_at"],
+                r["finished_at"],
+                (r["error"] or {}).get("type"),
             ]
             for r in rows
         ],
+        wide=5,
     )
     if more:
         typer.echo(f"more: lakeshore invocations list {queue} --cursor {more}", err=True)
@@ -133,7 +142,7 @@ def show(ctx: typer.Context, invocation_id: Id, as_json: Json = False) -> None:
     cli = context.get(ctx)
     found = cli.client.request("GET", cli.ns_path("invocations", invocation_id))
     if as_json:
-        output.print_json(found)
+        output.data(found)
     else:
         output.fields(found, title=f"invocation {invocation_id}")
 

@@ -12,6 +12,7 @@ from lakeshore.cli import (
     admin,
     daemon,
     feed,
+    global_options,
     invocation_actions,
     invocations,
     output,
@@ -28,7 +29,6 @@ from lakeshore.defaults import DEFAULT_URL
 
 app = typer.Typer(
     name="lakeshore",
-    help="Lakeshore: elastic queues. Task queues whose worker fleets scale themselves.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -45,26 +45,48 @@ def _version(value: bool) -> None:
 def root(
     ctx: typer.Context,
     server_url: Annotated[
-        str, typer.Option("--server", envvar="LAKESHORE_URL", help="Server URL.")
+        str,
+        typer.Option("--server", envvar="LAKESHORE_URL", help=global_options.SERVER_HELP),
     ] = DEFAULT_URL,
     token: Annotated[
         str | None,
         typer.Option(
             "--token",
             envvar="LAKESHORE_TOKEN",
-            help="API token (default: the local server's admin token, when readable).",
+            help=global_options.TOKEN_HELP,
             show_default=False,
         ),
     ] = None,
     namespace: Annotated[
-        str, typer.Option("--namespace", envvar="LAKESHORE_NAMESPACE", help="Namespace.")
+        str,
+        typer.Option(
+            "--namespace",
+            "-n",
+            envvar="LAKESHORE_NAMESPACE",
+            help=global_options.NAMESPACE_HELP,
+        ),
     ] = "default",
+    output_format: Annotated[
+        global_options.Format | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help=global_options.OUTPUT_HELP + " For the commands that print data.",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
 ) -> None:
-    ctx.obj = CliContext(server=server_url, token=token, namespace=namespace)
+    """Lakeshore: elastic queues. Task queues whose worker fleets scale themselves.
+    --server, --token, --namespace (-n) and --output (-o) go before the command or after
+    it; given in both places, the one after it wins; a flag beats its environment variable.
+    """
+    fmt = output_format.value if output_format else None
+    output.use(fmt)
+    ctx.obj = CliContext(server=server_url, token=token, namespace=namespace, output=fmt)
 
 
 app.command("server")(server)
@@ -83,6 +105,7 @@ app.add_typer(invocations.app, name="invocations")
 app.command("submit")(invocations.submit)
 app.command("apply")(apply)
 app.command("simulate")(simulate)
+global_options.install(app)
 
 
 def main() -> None:

@@ -106,7 +106,7 @@ def add(
     body = {"name": name, "kind": kind, "config": parse_config(config, settings or [])}
     created = cli.client.request("POST", cli.ns_path("providers"), json=body)
     if as_json:
-        output.print_json(created)
+        output.data(created)
     else:
         _said("provider ", (created["name"], "bold"), f" ({created['kind']}) registered")
 
@@ -117,7 +117,7 @@ def list_(ctx: typer.Context, as_json: Json = False) -> None:
     cli = context.get(ctx)
     found = cli.client.request("GET", cli.ns_path("providers"))["providers"]
     if as_json:
-        output.print_json(found)
+        output.data(found)
         return
     rows = [
         [p["name"], p["kind"], json.dumps(p["config"], sort_keys=True), p["createdAt"]]
@@ -132,7 +132,7 @@ def show(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
     cli = context.get(ctx)
     provider = cli.client.request("GET", cli.ns_path("providers", name))
     if as_json:
-        output.print_json(provider)
+        output.data(provider)
     else:
         output.fields(provider, title=f"provider {provider['name']}")
 
@@ -168,10 +168,13 @@ def launches(
     page = cli.client.request("GET", cli.ns_path("providers", name, "launches"), params=params)
     rows = page["launches"]
     if as_json:
-        output.print_json(rows)
+        output.data(rows)
         return
     output.table(
-        ["id", "scope", "state", "worker", "created", "terminated", "error"],
+        [
+            *("id", "scope", "state", "worker", "created", "terminated", "error"),
+            *("handle", "expires", "resolved"),  # -o wide
+        ],
         [
             [
                 r["id"],
@@ -181,9 +184,13 @@ def launches(
                 r["created_at"],
                 r["terminated_at"],
                 r["error"] or r["terminate_error"],
+                r["handle"],
+                r["expires_at"],
+                r["resolved_at"],
             ]
             for r in rows
         ],
+        wide=3,
     )
     if page.get("next_cursor"):
         output.note(f"more: --cursor '{page['next_cursor']}'")
