@@ -320,7 +320,7 @@ def test_tokens_list_and_revoke_through_the_cli(cli: Cli) -> None:
     [listed] = cli.run("tokens", "list", "-n", ns, "--json").json()
     assert (listed["name"], listed["revokedAt"]) == ("leaky", None)
     assert token not in cli.run("tokens", "list", "-n", ns).stdout
-    revoked = cli.run("tokens", "revoke", listed["id"], "-n", ns)
+    revoked = cli.run("tokens", "delete", listed["id"], "-n", ns)
     assert revoked.returncode == 0, revoked
     assert f"token {listed['id']} revoked" in revoked.stdout
     refused = cli.run("queues", "list", token=token, env_extra=as_it)
@@ -516,10 +516,11 @@ def test_top_level_help_lists_the_command_groups(offline_cli: Cli) -> None:
 def test_queues_help_lists_every_queue_command(offline_cli: Cli) -> None:
     result = offline_cli.run("queues", "--help")
     assert result.returncode == 0, result
-    commands = ["add", "patch", "list", "show", "stats"]
+    commands = ["create", "patch", "list", "show", "stats"]
     commands += ["drain", "pause", "resume", "archive", "unarchive"]
     for command in commands:
         assert re.search(rf"^\W*{command}\s", result.stdout, re.MULTILINE), command
+    assert not re.search(r"^\W*add\s", result.stdout, re.MULTILINE)  # an alias, hidden
 
 
 # --- names, tokens and paths that once slipped through ---------------------------------------

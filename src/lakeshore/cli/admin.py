@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 
-from lakeshore.cli import context, output
+from lakeshore.cli import context, output, verbs
 
 namespaces = typer.Typer(help="Create and list namespaces.", no_args_is_help=True)
-tokens = typer.Typer(help="Create, list and revoke namespace tokens.", no_args_is_help=True)
+tokens = typer.Typer(
+    help="Create, list and delete (revoke) namespace tokens.", no_args_is_help=True
+)
 
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 
@@ -77,7 +79,7 @@ def list_tokens(ctx: typer.Context, as_json: Json = False) -> None:
     output.table(["id", "name", "created", "revoked"], rows)
 
 
-@tokens.command("revoke")
+@verbs.command(tokens, "delete", "revoke")
 def revoke_token(
     ctx: typer.Context,
     token_ids: Annotated[

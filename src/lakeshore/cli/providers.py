@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from lakeshore.cli import context, output
+from lakeshore.cli import context, output, verbs
 from lakeshore.cli.client import CliError
 
 # the kinds a server knows (lakeshore.providers.KINDS, which this must match: a test
@@ -16,7 +16,7 @@ from lakeshore.cli.client import CliError
 KIND_NAMES = ("ec2", "fake", "gce", "kube", "local", "slurm", "ssh")
 
 app = typer.Typer(
-    help="Register, inspect and remove providers (where the controller launches daemons).",
+    help="Create, inspect and delete providers (where the controller launches daemons).",
     no_args_is_help=True,
 )
 
@@ -83,8 +83,8 @@ def _said(*parts: str | tuple[str, str]) -> None:
     output.console.print(Text.assemble(*parts))
 
 
-@app.command("add")
-def add(
+@verbs.command(app, "create", "add")
+def create(
     ctx: typer.Context,
     name: Name,
     kind: KindOpt,
@@ -96,11 +96,11 @@ def add(
 
     Examples:
 
-      lakeshore providers add dry-run --kind fake
+      lakeshore providers create dry-run --kind fake
 
-      lakeshore providers add flaky --kind fake --set fail_launch="quota exceeded"
+      lakeshore providers create flaky --kind fake --set fail_launch="quota exceeded"
 
-      lakeshore providers add hpc --kind slurm --config '{"partition": "gpu"}'
+      lakeshore providers create hpc --kind slurm --config '{"partition": "gpu"}'
     """
     cli = context.get(ctx)
     body = {"name": name, "kind": kind, "config": parse_config(config, settings or [])}
@@ -137,8 +137,8 @@ def show(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
         output.fields(provider, title=f"provider {provider['name']}")
 
 
-@app.command("remove")
-def remove(ctx: typer.Context, name: Name) -> None:
+@verbs.command(app, "delete", "remove")
+def delete(ctx: typer.Context, name: Name) -> None:
     """Remove a provider (refused while a queue still launches through it)."""
     cli = context.get(ctx)
     removed = cli.client.request("DELETE", cli.ns_path("providers", name))

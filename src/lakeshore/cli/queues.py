@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lakeshore.cli import context, output
+from lakeshore.cli import context, output, verbs
 from lakeshore.cli.client import CliError
 from lakeshore.domain.kinds import ELASTICITY_KINDS, QUEUE_KINDS, normalize_elasticity_kind
 
@@ -100,8 +100,8 @@ def _render(queue: dict[str, Any], as_json: bool) -> None:
         output.fields(queue, title=f"queue {queue['name']}")
 
 
-@app.command("add")
-def add(
+@verbs.command(app, "create", "add")
+def create(
     ctx: typer.Context,
     name: Name,
     kind: Kind = None,
