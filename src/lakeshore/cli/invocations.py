@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from lakeshore.cli import context, output
+from lakeshore.cli.client import CliError
 
 app = typer.Typer(help="Inspect, follow, cancel and retry invocations.", no_args_is_help=True)
 
@@ -136,15 +137,55 @@ def list_(
         typer.echo(f"more: lakeshore invocations list {queue} --cursor {more}", err=True)
 
 
+def _follow(cli: context.CliContext, invocation_id: str, after: int) -> dict[str, Any]:
+    """Print a generator invocation's items as they arrive (one JSON line each), then
+    return the invocation in its final state (the stream's ``end`` event)."""
+    path = cli.ns_path("invocations", invocation_id, "stream")
+    for event, _, data in cli.client.events(path, params={"after": after}):
+        if event == "item":
+            output.line(data)
+        elif event == "end":
+            ended: dict[str, Any] = data
+            return ended
+    raise CliError(f"the stream of invocation {invocation_id} ended before the invocation")
+
+
+def _outcome(found: dict[str, Any]) -> None:
+    """The final state on stderr; exit 1 unless the invocation succeeded."""
+    error = found.get("error") or {}
+    detail = f": {error.get('type')}: {error.get('message')}" if error else ""
+    output.note(f"invocation {found['id']} {found['state']}{detail}")
+    if found["state"] != "succeeded":
+        raise typer.Exit(1)
+
+
 @app.command("show")
-def show(ctx: typer.Context, invocation_id: Id, as_json: Json = False) -> None:
+def show(
+    ctx: typer.Context,
+    invocation_id: Id,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Wait for the invocation to end, printing a generator's items as they "
+            "arrive (one JSON line each), then show it; exit 1 unless it succeeded.",
+        ),
+    ] = False,
+    as_json: Json = False,
+) -> None:
     """Show one invocation, with its result or error."""
     cli = context.get(ctx)
-    found = cli.client.request("GET", cli.ns_path("invocations", invocation_id))
+    if follow:
+        found = _follow(cli, invocation_id, -1)
+    else:
+        found = cli.client.request("GET", cli.ns_path("invocations", invocation_id))
     if as_json:
         output.data(found)
     else:
         output.fields(found, title=f"invocation {invocation_id}")
+    if follow:
+        _outcome(found)
 
 
 @app.command("stream")
@@ -157,15 +198,4 @@ def stream(
 ) -> None:
     """Print a generator invocation's items as they arrive (one JSON line each), then its
     final state; exits 1 unless it succeeded."""
-    cli = context.get(ctx)
-    path = cli.ns_path("invocations", invocation_id, "stream")
-    for event, _, data in cli.client.events(path, params={"after": after}):
-        if event == "item":
-            print(json.dumps(data), flush=True)
-        elif event == "end":
-            error = data.get("error") or {}
-            detail = f": {error.get('type')}: {error.get('message')}" if error else ""
-            output.note(f"invocation {invocation_id} {data['state']}{detail}")
-            if data["state"] != "succeeded":
-                raise typer.Exit(1)
-            return
+    _outcome(_follow(context.get(ctx), invocation_id, after))
