@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+import yaml
 
 from tests.acceptance.conftest import Cli, LakeshoreServer, Result
 
@@ -319,7 +320,7 @@ def test_tokens_list_and_revoke_through_the_cli(cli: Cli) -> None:
     [listed] = cli.run("tokens", "list", "-n", ns, "--json").json()
     assert (listed["name"], listed["revokedAt"]) == ("leaky", None)
     assert token not in cli.run("tokens", "list", "-n", ns).stdout
-    revoked = cli.run("tokens", "revoke", listed["id"], "-n", ns)
+    revoked = cli.run("tokens", "delete", listed["id"], "-n", ns)
     assert revoked.returncode == 0, revoked
     assert f"token {listed['id']} revoked" in revoked.stdout
     refused = cli.run("queues", "list", token=token, env_extra=as_it)
@@ -378,6 +379,43 @@ def test_server_token_and_namespace_flags_override_the_environment(
     assert added.json()["namespaceId"] == api_queue(http, name, ns="team-a")["namespaceId"]
     listed = cli.run(*flags, "queues", "list", "--json", env_extra=wrong_env).json()
     assert name in names(listed)
+
+
+def test_global_options_follow_the_command_and_the_one_closest_to_it_wins(
+    cli: Cli, http: httpx.Client, server: LakeshoreServer, team_a: Team
+) -> None:
+    name = unique("after")
+    wrong_env = {"LAKESHORE_URL": "http://127.0.0.1:1", "LAKESHORE_TOKEN": "not-a-token"}
+    flags = ["--server", server.url, "--token", team_a.token, "--namespace", "team-a"]
+
+    added = cli.run("queues", "add", name, *flags, "--json", env_extra=wrong_env)
+    assert added.json()["namespaceId"] == api_queue(http, name, ns="team-a")["namespaceId"]
+    both = cli.run("-n", "default", "queues", "list", "-n", "team-a", "--json", token=team_a.token)
+    assert name in names(both.json())
+    flag_over_env = cli.run("queues", "list", "-n", "default", env_extra=as_team(team_a))
+    assert_clean_failure(flag_over_env)
+    assert 'namespace "default" not found' in flag_over_env.message
+
+
+def test_output_json_yaml_and_wide_before_or_after_the_command(cli: Cli) -> None:
+    name = unique("formats")
+    add_queue(cli, name, "--description", "only-in-wide")
+
+    as_json = cli.run("queues", "show", name, "--json").json()
+    assert cli.run("queues", "show", name, "-o", "json").json() == as_json
+    assert cli.run("-o", "json", "queues", "show", name).json() == as_json
+    as_yaml = cli.run("queues", "show", name, "--output", "yaml")
+    assert as_yaml.returncode == 0, as_yaml
+    assert yaml.safe_load(as_yaml.stdout) == as_json
+    before = cli.run("-o", "yaml", "queues", "list")
+    assert as_json in yaml.safe_load(before.stdout)
+    narrow, wide = cli.run("queues", "list"), cli.run("queues", "list", "-o", "wide")
+    assert name in narrow.stdout and name in wide.stdout
+    assert "only-in-wide" not in narrow.stdout and "description" not in narrow.stdout
+    assert "only-in-wide" in wide.stdout and "description" in wide.stdout
+    contradiction = cli.run("queues", "list", "--json", "-o", "yaml")
+    assert_clean_failure(contradiction, code=2)
+    assert "--json is -o json" in contradiction.message
 
 
 # --- tokens and connections that fail --------------------------------------------------------
@@ -478,10 +516,11 @@ def test_top_level_help_lists_the_command_groups(offline_cli: Cli) -> None:
 def test_queues_help_lists_every_queue_command(offline_cli: Cli) -> None:
     result = offline_cli.run("queues", "--help")
     assert result.returncode == 0, result
-    commands = ["add", "patch", "list", "show", "stats"]
+    commands = ["create", "patch", "list", "show", "stats"]
     commands += ["drain", "pause", "resume", "archive", "unarchive"]
     for command in commands:
         assert re.search(rf"^\W*{command}\s", result.stdout, re.MULTILINE), command
+    assert not re.search(r"^\W*add\s", result.stdout, re.MULTILINE)  # an alias, hidden
 
 
 # --- names, tokens and paths that once slipped through ---------------------------------------

@@ -17,12 +17,14 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
-def test_launch_list_kill(cli: Cli, server: LakeshoreServer) -> None:
+def test_create_list_delete_daemons_and_the_earlier_verbs_still_work(
+    cli: Cli, server: LakeshoreServer
+) -> None:
     provider, queue = unique("fk"), unique("fixed")
-    assert cli.run("providers", "add", provider, "--kind", "fake").returncode == 0
-    added = cli.run("queues", "add", queue, "--provider", provider)
+    assert cli.run("providers", "create", provider, "--kind", "fake").returncode == 0
+    added = cli.run("queues", "create", queue, "--provider", provider)
     assert added.returncode == 0, added
-    launched = cli.run("daemon", "launch", "--queue", queue, "--count", "2", "--json").json()
+    launched = cli.run("daemon", "create", "--queue", queue, "--count", "2", "--json").json()
     assert [launch["state"] for launch in launched["launches"]] == ["in_flight", "in_flight"]
     recorded = cli.run("providers", "launches", provider, "--json").json()
     assert {launch["id"] for launch in recorded} == {
@@ -39,7 +41,7 @@ def test_launch_list_kill(cli: Cli, server: LakeshoreServer) -> None:
     assert [(d["id"], d["provider"]) for d in listed] == [(worker, provider)]
     table = cli.run("daemon", "list", "--queue", queue)
     assert worker in table.stdout
-    killed = cli.run("daemon", "kill", worker)
+    killed = cli.run("daemon", "delete", worker)
     assert killed.returncode == 0, killed
     assert f"daemon {worker} retired" in killed.stdout
     assert cli.run("daemon", "list", "--queue", queue, "--json").json()["daemons"] == []

@@ -26,10 +26,10 @@ def assert_one_line_failure(result: Result) -> None:
     assert "Traceback" not in result.stdout + result.stderr, result
 
 
-def test_add_list_show_launches_remove(cli: Cli) -> None:
+def test_create_list_show_launches_delete(cli: Cli) -> None:
     name = unique("dry")
     added = cli.run(
-        "providers", "add", name, "--kind", "fake",
+        "providers", "create", name, "--kind", "fake",
         "--config", '{"launch_ttl_s": 30}', "--set", "fail_launch=quota exceeded", "--json",
     ).json()  # fmt: skip
     assert added["name"] == name
@@ -54,10 +54,20 @@ def test_add_list_show_launches_remove(cli: Cli) -> None:
 
     assert cli.run("providers", "launches", name, "--limit", "5", "--json").json() == []
 
-    removed = cli.run("providers", "remove", name)
+    removed = cli.run("providers", "delete", name)
     assert removed.returncode == 0, removed
     assert name in removed.stdout
     assert name not in {p["name"] for p in cli.run("providers", "list", "--json").json()}
+
+
+def test_the_earlier_verbs_add_and_remove_still_work_hidden_from_help(cli: Cli) -> None:
+    name = unique("old")
+    assert cli.run("providers", "add", name, "--kind", "fake", "--json").json()["name"] == name
+    removed = cli.run("providers", "remove", name)
+    assert removed.returncode == 0 and f"provider {name} removed" in removed.stdout, removed
+    listed = cli.run("providers", "--help").stdout
+    assert " create " in listed and " delete " in listed
+    assert " add " not in listed and " remove " not in listed
     gone = cli.run("providers", "show", name)
     assert_one_line_failure(gone)
     assert "not found" in gone.stderr
@@ -113,5 +123,5 @@ def test_a_provider_a_queue_uses_is_not_removed(cli: Cli) -> None:
 def test_help_lists_the_commands(cli: Cli) -> None:
     result = cli.run("providers", "--help")
     assert result.returncode == 0, result
-    for command in ("add", "list", "show", "remove", "launches"):
+    for command in ("create", "list", "show", "delete", "launches"):
         assert command in result.stdout

@@ -402,3 +402,55 @@ def test_submit_and_invocation_commands_through_the_cli(
     assert "Traceback" not in refused.stderr
     missing = cli.run("invocations", "show", "inv_nope")
     assert missing.returncode == 1 and "not found" in missing.message
+
+
+def test_the_cli_retries_failed_invocations_by_id_and_by_state_and_cancels_in_bulk(
+    server: LakeshoreServer, tmp_path: Path
+) -> None:
+    """Three invocations fail on a burst daemon and one succeeds. ``invocations retry``
+    by id makes a failed one pending again (same id, one more attempt allowed) and
+    reports the 409 of the succeeded one without stopping; ``--queue --state failed``
+    retries the rest; ``cancel --queue --state pending`` cancels all three."""
+    from tests.acceptance.conftest import Cli
+
+    cli = Cli(server.url, server.admin_token, tmp_path)
+    queue = f"retry-cli-{server.backend}"
+    boom = ["submit", queue, "tests.udfs:boom", "--max-attempts", "1"]
+    failing = [cli.run(*boom).stdout.strip() for _ in range(3)]
+    fine = cli.run("submit", queue, "tests.udfs:noop").stdout.strip()
+    daemon = start_daemon(server, tmp_path / "d.log", "--queue", queue, "--burst")
+    try:
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        stop(daemon)
+    before = cli.run("invocations", "show", failing[0], "--json").json()
+    assert (before["state"], before["attempts"], before["max_attempts"]) == ("failed", 1, 1)
+
+    by_id = cli.run("invocations", "retry", fine, failing[0])
+
+    assert by_id.returncode == 1, by_id
+    assert f"invocation {failing[0]} is pending" in by_id.stdout
+    assert f"{fine}: invocation is succeeded" in by_id.message and "409" in by_id.message
+    assert "Traceback" not in by_id.stdout + by_id.stderr
+    again = cli.run("invocations", "show", failing[0], "--json").json()
+    assert (again["id"], again["state"], again["error"]) == (failing[0], "pending", None)
+    assert (again["attempts"], again["max_attempts"]) == (1, 2)
+
+    bulk = cli.run("invocations", "retry", "--queue", queue, "--state", "failed", "--json")
+    assert bulk.json() == {"touched": 2}
+    pending = cli.run("invocations", "list", queue, "--state", "pending", "--json").json()
+    assert {i["id"] for i in pending} == set(failing)
+
+    cancelled = cli.run("invocations", "cancel", "--queue", queue, "--state", "pending")
+    assert cancelled.returncode == 0, cancelled
+    assert f"cancelled 3 pending invocation(s) of queue {queue}" in cancelled.stdout
+    states = cli.run("invocations", "list", queue, "--json").json()
+    assert sorted(i["state"] for i in states) == ["cancelled"] * 3 + ["succeeded"]
+    one = cli.run("invocations", "retry", failing[1], "--json").json()
+    assert (one["id"], one["state"]) == (failing[1], "pending")
+
+    for misuse in (["retry"], ["retry", "--queue", queue], ["retry", fine, "--queue", queue]):
+        refused = cli.run("invocations", *misuse)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused
+    wrong_state = cli.run("invocations", "retry", "--queue", queue, "--state", "pending")
+    assert wrong_state.returncode == 2 and "'pending' is not one of" in wrong_state.message

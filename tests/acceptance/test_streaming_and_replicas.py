@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import json
 import signal
 import subprocess
 import threading
@@ -322,3 +323,38 @@ def test_concurrent_claims_on_two_replicas_never_share_an_invocation(
     assert set(claims) == set(submitted) and len(submitted) == 300
     assert stats["byState"]["succeeded"] == 300, stats
     assert (stats["pending"], stats["running"]) == (0, 0), stats
+
+
+def test_show_follow_prints_items_as_they_arrive_then_the_final_invocation(
+    client: Client, cli: Cli, tmp_path: Path
+) -> None:
+    """``lakeshore invocations show ID --follow``: item 0 is printed while the generator
+    still runs, the rest once it is released, then the invocation in its final state."""
+    gate, out_path = tmp_path / "gate", tmp_path / "out"
+    handle = client.submit("stream", "tests.udfs:gated", [3, str(gate)], max_attempts=1)
+    env = clean_env(
+        LAKESHORE_URL=cli.url, LAKESHORE_TOKEN=cli.admin_token, LAKESHORE_DATA_DIR=str(cli.scratch)
+    )
+    args = [str(LAKESHORE), "invocations", "show", handle.id, "--follow", "-o", "json"]
+    with out_path.open("w") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not out_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out_path.read_text() == "0\n"
+        assert client.get(handle.id)["state"] == "running"
+        gate.touch()
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    assert process.returncode == 0, err
+    first, second, rest = out_path.read_text().split("\n", 2)
+    assert (first, second) == ("0", "1")
+    assert rest.startswith("2\n")
+    shown = json.loads(rest[2:])
+    assert (shown["id"], shown["state"], shown["result"]) == (handle.id, "succeeded", "done")
+    assert "succeeded" in err
+    plain = cli.run("invocations", "show", handle.id)
+    assert plain.returncode == 0 and "succeeded" in plain.stdout

@@ -7,10 +7,12 @@ from typing import Annotated
 
 import typer
 
-from lakeshore.cli import context, output
+from lakeshore.cli import context, output, verbs
 
 namespaces = typer.Typer(help="Create and list namespaces.", no_args_is_help=True)
-tokens = typer.Typer(help="Create, list and revoke namespace tokens.", no_args_is_help=True)
+tokens = typer.Typer(
+    help="Create, list and delete (revoke) namespace tokens.", no_args_is_help=True
+)
 
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 
@@ -25,7 +27,7 @@ def create_namespace(
     cli = context.get(ctx)
     created = cli.client.request("POST", "/v1/namespaces", json={"name": name})
     if as_json:
-        output.print_json(created)
+        output.data(created)
     else:
         output.console.print(f"namespace [bold]{created['name']}[/bold] created")
 
@@ -36,48 +38,39 @@ def list_namespaces(ctx: typer.Context, as_json: Json = False) -> None:
     cli = context.get(ctx)
     found = cli.client.request("GET", "/v1/namespaces")["namespaces"]
     if as_json:
-        output.print_json(found)
+        output.data(found)
     else:
         output.table(
             ["name", "id", "created"], [[n["name"], n["id"], n["createdAt"]] for n in found]
         )
 
 
-TokenNamespace = Annotated[
-    str | None,
-    typer.Option("--namespace", "-n", help="The token's namespace (default: the global one)."),
-]
-
-
 @tokens.command("create")
 def create_token(
     ctx: typer.Context,
-    namespace: TokenNamespace = None,
     name: Annotated[str | None, typer.Option("--name", help="A label for the token.")] = None,
     as_json: Json = False,
 ) -> None:
-    """Create a token for one namespace (admin token). It is shown once; keep it."""
+    """Create a token for the namespace (-n; admin token). It is shown once; keep it."""
     cli = context.get(ctx)
-    ns = namespace or cli.namespace
+    ns = cli.namespace
     body = {"name": name} if name else {}
     issued = cli.client.request("POST", cli.ns_path("tokens", namespace=ns), json=body)
     if as_json:
-        output.print_json(issued)
+        output.data(issued)
         return
     output.note(f"token for namespace {issued['namespace']} (shown once):")
     print(issued["token"])
 
 
 @tokens.command("list")
-def list_tokens(
-    ctx: typer.Context, namespace: TokenNamespace = None, as_json: Json = False
-) -> None:
+def list_tokens(ctx: typer.Context, as_json: Json = False) -> None:
     """List a namespace's tokens, revoked ones included (admin token). Secrets are never
     shown again: a token is known by its id and name."""
     cli = context.get(ctx)
-    found = cli.client.request("GET", cli.ns_path("tokens", namespace=namespace or cli.namespace))
+    found = cli.client.request("GET", cli.ns_path("tokens", namespace=cli.namespace))
     if as_json:
-        output.print_json(found["tokens"])
+        output.data(found["tokens"])
         return
     rows = [
         [t["id"], t["name"] or "", t["createdAt"], t["revokedAt"] or "live"]
@@ -86,25 +79,24 @@ def list_tokens(
     output.table(["id", "name", "created", "revoked"], rows)
 
 
-@tokens.command("revoke")
+@verbs.command(tokens, "delete", "revoke")
 def revoke_token(
     ctx: typer.Context,
     token_ids: Annotated[
         list[str], typer.Argument(metavar="ID...", help="Token ids (lakeshore tokens list).")
     ],
-    namespace: TokenNamespace = None,
     as_json: Json = False,
 ) -> None:
     """Revoke tokens (admin token): refused from the next request on (within a second on
     every server). Revoking a revoked token changes nothing."""
     cli = context.get(ctx)
-    ns = namespace or cli.namespace
+    ns = cli.namespace
     revoked = [
         cli.client.request("DELETE", cli.ns_path("tokens", token_id, namespace=ns))
         for token_id in token_ids
     ]
     if as_json:
-        output.print_json(revoked)
+        output.data(revoked)
         return
     for token in revoked:
         output.console.print(

@@ -172,7 +172,7 @@ def _summary(plan: Plan, dry_run: bool) -> str:
 def _refuse(label: str, problems: list[Problem], as_json: bool) -> NoReturn:
     if as_json:
         rows = [{"line": p.line, "field": p.field, "message": p.message} for p in problems]
-        output.print_json({"file": label, "errors": rows})
+        output.data({"file": label, "errors": rows})
     for problem in problems:
         output.errors.print(
             Text.assemble(("error: ", "bold red"), problem.render(label)), soft_wrap=True
@@ -201,7 +201,7 @@ def run(ctx: typer.Context, file: str, *, dry_run: bool, as_json: bool) -> None:
         ok = execute(cli, namespace, plan, on_step)
     if as_json:
         changes = [step.to_json() for step in plan.steps]
-        output.print_json(
+        output.data(
             {"file": label, "namespace": namespace, "dryRun": dry_run, "ok": ok, "changes": changes}
         )
     else:

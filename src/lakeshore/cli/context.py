@@ -1,4 +1,5 @@
-"""Global CLI options (--server, --token, --namespace) and where their defaults come from."""
+"""Global CLI options (--server, --token, --namespace, -o) and where their defaults come
+from; :mod:`lakeshore.cli.global_options` lets them follow the command too."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class CliContext:
     server: str
     token: str | None
     namespace: str
+    output: str | None = None  # -o given before the command: json, yaml, wide
     _client: ApiClient | None = field(default=None, repr=False)
 
     @property

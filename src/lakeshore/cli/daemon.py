@@ -1,4 +1,4 @@
-"""``lakeshore daemon run|launch|list|kill``: run a worker here, or manage the fleet."""
+"""``lakeshore daemon run|create|list|delete``: run a worker here, or manage the fleet."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import httpx
 import typer
 
 from lakeshore import logs
-from lakeshore.cli import context, output
+from lakeshore.cli import context, output, verbs
 from lakeshore.cli.client import CliError
 from lakeshore.cli.server import Format, LogFormat
 from lakeshore.daemon import runner as runner_module
@@ -23,7 +23,8 @@ from lakeshore.defaults import read_local_admin_token as local_admin_token
 from lakeshore.domain import runners as daemon_runners
 
 app = typer.Typer(
-    help="Run a worker daemon here, or launch, list and kill daemons.", no_args_is_help=True
+    help="Run a worker daemon here, or create (launch), list and delete (retire) daemons.",
+    no_args_is_help=True,
 )
 
 
@@ -235,7 +236,7 @@ def run(
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 
 
-@app.command("launch")
+@verbs.command(app, "create", "launch")
 def launch(
     ctx: typer.Context,
     queue: Annotated[str, typer.Option("--queue", "-q", help="The queue the daemons serve.")],
@@ -255,7 +256,7 @@ def launch(
         body["provider"] = provider
     data = cli.client.request("POST", cli.ns_path("daemons"), json=body)
     if as_json:
-        output.print_json(data)
+        output.data(data)
         return
     failed = [launch for launch in data["launches"] if launch["error"]]
     for launch in data["launches"]:
@@ -279,7 +280,7 @@ def list_(
         "GET", cli.ns_path("daemons"), params={"queue": queue} if queue else None
     )
     if as_json:
-        output.print_json(data)
+        output.data(data)
         return
     rows = [
         [
@@ -289,13 +290,18 @@ def list_(
             d["provider"] or "",
             "retiring" if d["retiring"] else "",
             d["lastSeenAt"],
+            d["runners"],
+            d["tags"],
+            d["launchId"],
+            d["createdAt"],
         ]
         for d in data["daemons"]
     ]
-    output.table(["id", "queues", "running", "provider", "", "last seen"], rows)
+    columns = ["id", "queues", "running", "provider", "", "last seen"]
+    output.table([*columns, "runners", "tags", "launch", "created"], rows, wide=4)
 
 
-@app.command("kill")
+@verbs.command(app, "delete", "kill")
 def kill(
     ctx: typer.Context,
     worker_id: Annotated[str, typer.Argument(help="Daemon (worker) id.", show_default=False)],

@@ -3,7 +3,6 @@ tick``: what the elasticity controller decided, and why."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated, Any
 
@@ -60,7 +59,7 @@ def _show(
     page = cli.client.request("GET", path, params=params)
     events = list(reversed(page["events"]))  # oldest first, like a log
     if as_json and not follow:
-        output.print_json(page)
+        output.data(page)
         return
     if not follow:
         if not events:
@@ -104,10 +103,11 @@ def _newer(
 
 
 def _print_lines(events: list[dict[str, Any]], as_json: bool) -> None:
-    """One line per event: JSON (for scripts, flushed as it comes) or a readable row."""
+    """One line per event: JSON or YAML (for scripts, flushed as it comes) or a readable
+    row."""
     for event in events:
         if as_json:
-            print(json.dumps(event, sort_keys=True), flush=True)
+            output.line(event)
         else:
             output.console.print(" · ".join(str(c) for c in _row(event)), markup=False)
 
@@ -135,7 +135,7 @@ def explain(
     cli = context.get(ctx)
     data = cli.client.request("GET", cli.ns_path("queues", name, "explain"))
     if as_json:
-        output.print_json(data)
+        output.data(data)
         return
     now, policy, latest = data["now"], data["policy"], data["latest"]
     bounds = f"min {policy['min']}, max {'unset' if policy['max'] is None else policy['max']}"
@@ -186,12 +186,15 @@ def tick(ctx: typer.Context, as_json: Json = False) -> None:
     cli = context.get(ctx)
     data = cli.client.request("POST", "/v1/admin/elasticity/tick")
     if as_json:
-        output.print_json(data)
+        output.data(data)
         return
-    rows = [[d["namespace"], d["queueName"], d["action"], d["reason"]] for d in data["decisions"]]
+    rows = [
+        [d["namespace"], d["queueName"], d["action"], d["reason"], d["rule"], d["hint"]]
+        for d in data["decisions"]
+    ]
     if not rows:
         output.note("no active queues to tick")
-    output.table(["namespace", "scope", "action", "reason"], rows)
+    output.table(["namespace", "scope", "action", "reason", "rule", "hint"], rows, wide=2)
 
 
 def register(queues: typer.Typer) -> None:

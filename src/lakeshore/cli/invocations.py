@@ -1,4 +1,5 @@
-"""``lakeshore submit`` and ``lakeshore invocations list|show|stream|cancel``."""
+"""``lakeshore submit`` and ``lakeshore invocations list|show|stream`` (cancel and retry:
+:mod:`lakeshore.cli.invocation_actions`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Annotated, Any
 import typer
 
 from lakeshore.cli import context, output
+from lakeshore.cli.client import CliError
 
-app = typer.Typer(help="Inspect, follow and cancel invocations.", no_args_is_help=True)
+app = typer.Typer(help="Inspect, follow, cancel and retry invocations.", no_args_is_help=True)
 
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 Id = Annotated[str, typer.Argument(help="Invocation id.", show_default=False)]
@@ -68,7 +70,7 @@ def submit(
             body[name] = value
     created = cli.client.request("POST", cli.ns_path("queues", queue, "invocations"), json=body)
     if as_json:
-        output.print_json(created)
+        output.data(created)
     else:
         print(created["id"])
 
@@ -104,12 +106,15 @@ def list_(
     rows = page["invocations"]
     more = page.get("next_cursor")
     if as_json:
-        output.print_json(rows)
+        output.data(rows)
         if more:
             typer.echo(f"next page: --cursor {more}", err=True)
         return
     output.table(
-        ["id", "fn", "state", "attempts", "worker", "created"],
+        [
+            *("id", "fn", "state", "attempts", "worker", "created"),
+            *("key", "priority", "started", "finished", "error"),  # -o wide
+        ],
         [
             [
                 r["id"],
@@ -118,23 +123,69 @@ def list_(
                 f"{r['attempts']}/{r['max_attempts']}",
                 r["worker"],
                 r["created_at"],
+                r["key"],
+                r["priority"],
+                r["started_at"],
+                r["finished_at"],
+                (r["error"] or {}).get("type"),
             ]
             for r in rows
         ],
+        wide=5,
     )
     if more:
         typer.echo(f"more: lakeshore invocations list {queue} --cursor {more}", err=True)
 
 
+def _follow(cli: context.CliContext, invocation_id: str, after: int) -> dict[str, Any]:
+    """Print a generator invocation's items as they arrive (one JSON line each), then
+    return the invocation in its final state (the stream's ``end`` event)."""
+    path = cli.ns_path("invocations", invocation_id, "stream")
+    for event, _, data in cli.client.events(path, params={"after": after}):
+        if event == "item":
+            output.line(data)
+        elif event == "end":
+            ended: dict[str, Any] = data
+            return ended
+    raise CliError(f"the stream of invocation {invocation_id} ended before the invocation")
+
+
+def _outcome(found: dict[str, Any]) -> None:
+    """The final state on stderr; exit 1 unless the invocation succeeded."""
+    error = found.get("error") or {}
+    detail = f": {error.get('type')}: {error.get('message')}" if error else ""
+    output.note(f"invocation {found['id']} {found['state']}{detail}")
+    if found["state"] != "succeeded":
+        raise typer.Exit(1)
+
+
 @app.command("show")
-def show(ctx: typer.Context, invocation_id: Id, as_json: Json = False) -> None:
+def show(
+    ctx: typer.Context,
+    invocation_id: Id,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Wait for the invocation to end, printing a generator's items as they "
+            "arrive (one JSON line each), then show it; exit 1 unless it succeeded.",
+        ),
+    ] = False,
+    as_json: Json = False,
+) -> None:
     """Show one invocation, with its result or error."""
     cli = context.get(ctx)
-    found = cli.client.request("GET", cli.ns_path("invocations", invocation_id))
+    if follow:
+        found = _follow(cli, invocation_id, -1)
+    else:
+        found = cli.client.request("GET", cli.ns_path("invocations", invocation_id))
     if as_json:
-        output.print_json(found)
+        output.data(found)
     else:
         output.fields(found, title=f"invocation {invocation_id}")
+    if follow:
+        _outcome(found)
 
 
 @app.command("stream")
@@ -147,26 +198,4 @@ def stream(
 ) -> None:
     """Print a generator invocation's items as they arrive (one JSON line each), then its
     final state; exits 1 unless it succeeded."""
-    cli = context.get(ctx)
-    path = cli.ns_path("invocations", invocation_id, "stream")
-    for event, _, data in cli.client.events(path, params={"after": after}):
-        if event == "item":
-            print(json.dumps(data), flush=True)
-        elif event == "end":
-            error = data.get("error") or {}
-            detail = f": {error.get('type')}: {error.get('message')}" if error else ""
-            output.note(f"invocation {invocation_id} {data['state']}{detail}")
-            if data["state"] != "succeeded":
-                raise typer.Exit(1)
-            return
-
-
-@app.command("cancel")
-def cancel(ctx: typer.Context, invocation_id: Id, as_json: Json = False) -> None:
-    """Cancel a pending or running invocation."""
-    cli = context.get(ctx)
-    found = cli.client.request("POST", cli.ns_path("invocations", invocation_id, "cancel"))
-    if as_json:
-        output.print_json(found)
-    else:
-        output.console.print(f"invocation {invocation_id} is {found['state']}", markup=False)
+    _outcome(_follow(context.get(ctx), invocation_id, after))

@@ -6,10 +6,19 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.text import Text
 
 from lakeshore import __version__
-from lakeshore.cli import admin, daemon, feed, invocations, output, providers, queues
+from lakeshore.cli import (
+    admin,
+    daemon,
+    feed,
+    global_options,
+    invocation_actions,
+    invocations,
+    output,
+    providers,
+    queues,
+)
 from lakeshore.cli.apply_command import apply
 from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
@@ -20,7 +29,6 @@ from lakeshore.defaults import DEFAULT_URL, DIST_NAME
 
 app = typer.Typer(
     name="lakeshore",
-    help="Lakeshore: elastic queues. Task queues whose worker fleets scale themselves.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -37,26 +45,48 @@ def _version(value: bool) -> None:
 def root(
     ctx: typer.Context,
     server_url: Annotated[
-        str, typer.Option("--server", envvar="LAKESHORE_URL", help="Server URL.")
+        str,
+        typer.Option("--server", envvar="LAKESHORE_URL", help=global_options.SERVER_HELP),
     ] = DEFAULT_URL,
     token: Annotated[
         str | None,
         typer.Option(
             "--token",
             envvar="LAKESHORE_TOKEN",
-            help="API token (default: the local server's admin token, when readable).",
+            help=global_options.TOKEN_HELP,
             show_default=False,
         ),
     ] = None,
     namespace: Annotated[
-        str, typer.Option("--namespace", envvar="LAKESHORE_NAMESPACE", help="Namespace.")
+        str,
+        typer.Option(
+            "--namespace",
+            "-n",
+            envvar="LAKESHORE_NAMESPACE",
+            help=global_options.NAMESPACE_HELP,
+        ),
     ] = "default",
+    output_format: Annotated[
+        global_options.Format | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help=global_options.OUTPUT_HELP + " For the commands that print data.",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
 ) -> None:
-    ctx.obj = CliContext(server=server_url, token=token, namespace=namespace)
+    """Lakeshore: elastic queues. Task queues whose worker fleets scale themselves.
+    --server, --token, --namespace (-n) and --output (-o) go before the command or after
+    it; given in both places, the one after it wins; a flag beats its environment variable.
+    """
+    fmt = output_format.value if output_format else None
+    output.use(fmt)
+    ctx.obj = CliContext(server=server_url, token=token, namespace=namespace, output=fmt)
 
 
 app.command("server")(server)
@@ -70,17 +100,19 @@ app.add_typer(providers.app, name="providers")
 app.add_typer(admin.namespaces, name="namespaces")
 app.add_typer(admin.tokens, name="tokens")
 app.add_typer(daemon.app, name="daemon")
+invocation_actions.register(invocations.app)
 app.add_typer(invocations.app, name="invocations")
 app.command("submit")(invocations.submit)
 app.command("apply")(apply)
 app.command("simulate")(simulate)
+global_options.install(app)
 
 
 def main() -> None:
     try:
         app()
     except CliError as exc:
-        output.errors.print(Text.assemble(("error: ", "bold red"), str(exc)))
+        output.failure(str(exc))
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

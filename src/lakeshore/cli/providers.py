@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from lakeshore.cli import context, output
+from lakeshore.cli import context, output, verbs
 from lakeshore.cli.client import CliError
 
 # the kinds a server knows (lakeshore.providers.KINDS, which this must match: a test
@@ -16,7 +16,7 @@ from lakeshore.cli.client import CliError
 KIND_NAMES = ("ec2", "fake", "gce", "kube", "local", "slurm", "ssh")
 
 app = typer.Typer(
-    help="Register, inspect and remove providers (where the controller launches daemons).",
+    help="Create, inspect and delete providers (where the controller launches daemons).",
     no_args_is_help=True,
 )
 
@@ -83,8 +83,8 @@ def _said(*parts: str | tuple[str, str]) -> None:
     output.console.print(Text.assemble(*parts))
 
 
-@app.command("add")
-def add(
+@verbs.command(app, "create", "add")
+def create(
     ctx: typer.Context,
     name: Name,
     kind: KindOpt,
@@ -96,17 +96,17 @@ def add(
 
     Examples:
 
-      lakeshore providers add dry-run --kind fake
+      lakeshore providers create dry-run --kind fake
 
-      lakeshore providers add flaky --kind fake --set fail_launch="quota exceeded"
+      lakeshore providers create flaky --kind fake --set fail_launch="quota exceeded"
 
-      lakeshore providers add hpc --kind slurm --config '{"partition": "gpu"}'
+      lakeshore providers create hpc --kind slurm --config '{"partition": "gpu"}'
     """
     cli = context.get(ctx)
     body = {"name": name, "kind": kind, "config": parse_config(config, settings or [])}
     created = cli.client.request("POST", cli.ns_path("providers"), json=body)
     if as_json:
-        output.print_json(created)
+        output.data(created)
     else:
         _said("provider ", (created["name"], "bold"), f" ({created['kind']}) registered")
 
@@ -117,7 +117,7 @@ def list_(ctx: typer.Context, as_json: Json = False) -> None:
     cli = context.get(ctx)
     found = cli.client.request("GET", cli.ns_path("providers"))["providers"]
     if as_json:
-        output.print_json(found)
+        output.data(found)
         return
     rows = [
         [p["name"], p["kind"], json.dumps(p["config"], sort_keys=True), p["createdAt"]]
@@ -132,13 +132,13 @@ def show(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
     cli = context.get(ctx)
     provider = cli.client.request("GET", cli.ns_path("providers", name))
     if as_json:
-        output.print_json(provider)
+        output.data(provider)
     else:
         output.fields(provider, title=f"provider {provider['name']}")
 
 
-@app.command("remove")
-def remove(ctx: typer.Context, name: Name) -> None:
+@verbs.command(app, "delete", "remove")
+def delete(ctx: typer.Context, name: Name) -> None:
     """Remove a provider (refused while a queue still launches through it)."""
     cli = context.get(ctx)
     removed = cli.client.request("DELETE", cli.ns_path("providers", name))
@@ -168,10 +168,13 @@ def launches(
     page = cli.client.request("GET", cli.ns_path("providers", name, "launches"), params=params)
     rows = page["launches"]
     if as_json:
-        output.print_json(rows)
+        output.data(rows)
         return
     output.table(
-        ["id", "scope", "state", "worker", "created", "terminated", "error"],
+        [
+            *("id", "scope", "state", "worker", "created", "terminated", "error"),
+            *("handle", "expires", "resolved"),  # -o wide
+        ],
         [
             [
                 r["id"],
@@ -181,9 +184,13 @@ def launches(
                 r["created_at"],
                 r["terminated_at"],
                 r["error"] or r["terminate_error"],
+                r["handle"],
+                r["expires_at"],
+                r["resolved_at"],
             ]
             for r in rows
         ],
+        wide=3,
     )
     if page.get("next_cursor"):
         output.note(f"more: --cursor '{page['next_cursor']}'")

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lakeshore.cli import context, output
+from lakeshore.cli import context, output, verbs
 from lakeshore.cli.client import CliError
 from lakeshore.domain.kinds import ELASTICITY_KINDS, QUEUE_KINDS, normalize_elasticity_kind
 
@@ -95,13 +95,13 @@ def _knobs(
 
 def _render(queue: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        output.print_json(queue)
+        output.data(queue)
     else:
         output.fields(queue, title=f"queue {queue['name']}")
 
 
-@app.command("add")
-def add(
+@verbs.command(app, "create", "add")
+def create(
     ctx: typer.Context,
     name: Name,
     kind: Kind = None,
@@ -168,7 +168,7 @@ def list_(
     params = {"include_archived": "true"} if include_archived else None
     queues = cli.client.every_page(cli.ns_path("queues"), "queues", params=params)
     if as_json:
-        output.print_json(queues)
+        output.data(queues)
         return
     rows = [
         [
@@ -178,10 +178,15 @@ def list_(
             (q.get("elasticity") or {}).get("kind", "fixed"),
             q.get("providerRef"),
             (q.get("elasticity") or {}).get("pool"),
+            (q.get("elasticity") or {}).get("min"),
+            (q.get("elasticity") or {}).get("max"),
+            q.get("description"),
+            q["createdAt"],
         ]
         for q in queues
     ]
-    output.table(["name", "kind", "state", "elasticity", "provider", "pool"], rows)
+    columns = ["name", "kind", "state", "elasticity", "provider", "pool"]
+    output.table([*columns, "min", "max", "description", "created"], rows, wide=4)
 
 
 @app.command("show")
@@ -197,7 +202,7 @@ def stats(ctx: typer.Context, name: Name, as_json: Json = False) -> None:
     cli = context.get(ctx)
     data = cli.client.request("GET", cli.ns_path("queues", name, "stats"))
     if as_json:
-        output.print_json(data)
+        output.data(data)
     else:
         output.fields(data, title=f"stats for {name}")
 
@@ -207,7 +212,7 @@ def _transition(action: str, doc: str) -> None:
         cli = context.get(ctx)
         queue = cli.client.request("POST", cli.ns_path("queues", name, action))
         if as_json:
-            output.print_json(queue)
+            output.data(queue)
         else:
             output.console.print(f"queue [bold]{name}[/bold] is now {queue['state']}")
 

@@ -337,7 +337,7 @@ def _print(
     as_json: bool,
 ) -> None:
     if as_json:
-        output.print_json(
+        output.data(
             {
                 "workload": {**workload.source, "durationS": workload.duration_s},
                 "fleet": {

@@ -1,5 +1,5 @@
 """Launching and retiring one daemon: the paths the controller and the manual fleet
-commands (``lakeshore daemon launch|kill``) share.
+commands (``lakeshore daemon create|delete``) share.
 
 A launch mints the daemon's own worker token and records the launch in flight (a tick's
 launches together, in one transaction, before any provider is called, so a crash mid-call
