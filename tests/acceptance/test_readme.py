@@ -4,7 +4,7 @@ README.md, not copied here, so a README edited out of working order fails this t
 In a fresh directory: the module the README says to save (the ``python`` block defining
 ``@udf(queue="gpu-train")``, under the file name the text before it gives), the real
 ``lakeshore up`` started there, the queue created with the README's own
-``lakeshore queues add gpu-train ...`` line through the real CLI, then the README's
+``lakeshore queues create gpu-train ...`` line through the real CLI, then the README's
 ``python -c ...`` line run there with the venv's python; it prints 49.
 """
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.acceptance
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 UDF_MARK = '@udf(queue="gpu-train")'
-QUEUE_ADD = "lakeshore queues add gpu-train"
+QUEUE_ADD = "lakeshore queues create gpu-train"
 T = TypeVar("T")
 
 
