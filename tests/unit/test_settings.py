@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from lakeshore import config_errors
-from lakeshore.config import CONFIG_ENV, ConfigFile, ConfigFileError, Settings
+from lakeshore.config import CONFIG_ENV, SPEC_NAMES, ConfigFile, ConfigFileError, Settings
 
 
 @pytest.fixture(autouse=True)
@@ -230,3 +230,52 @@ def test_a_refused_admin_token_or_database_url_is_never_echoed(tmp_path: Path) -
         "(or leave it unset to have one generated)",
     ]
     assert "short-secret" not in " ".join(lines)
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def _documented() -> dict[str, list[str]]:
+    """docs/configuration.md's server settings table: file key -> its cells."""
+    text = DOC.read_text()
+    table = text.split("## Server settings", 1)[1].split("\n\n", 2)[1]
+    rows: dict[str, list[str]] = {}
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        key = cells[0].strip("`")
+        assert key not in rows, f"{key} documented twice"
+        rows[key] = cells
+    return rows
+
+
+def _shown(default: object) -> str | None:
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    if isinstance(default, int | float) or (isinstance(default, str) and default):
+        return str(default)
+    return None  # none, or computed: described in words
+
+
+def test_docs_configuration_lists_every_setting_once_with_its_names_and_default() -> None:
+    rows = _documented()
+
+    assert sorted(rows) == sorted(Settings.model_fields)
+    for field, info in Settings.model_fields.items():
+        _, env, _, default, _ = rows[field]
+        names = [f"LAKESHORE_{field.upper()}"]
+        names += [name for name, target in SPEC_NAMES.items() if target == field]
+        assert env == ", ".join(f"`{name}`" for name in names), field
+        shown = _shown(info.default)
+        if shown is not None:
+            assert default == f"`{shown}`", field
+
+
+def test_the_example_file_in_the_docs_is_accepted(tmp_path: Path) -> None:
+    example = DOC.read_text().split("```toml\n", 1)[1].split("```", 1)[0]
+
+    settings = Settings.load(toml(tmp_path, example))
+
+    assert settings.node_id == "eu-1"
+    assert settings.log_format == "json"
