@@ -1,31 +1,33 @@
-"""Server settings, read from the environment (and overridable by ``lakeshore server`` flags).
+"""Server settings: command-line flags over the environment over a TOML file over defaults.
 
-| variable                   | default                                   |
-| -------------------------- | ----------------------------------------- |
-| ``LAKESHORE_DATABASE_URL`` | ``sqlite:///<data dir>/lakeshore.db``     |
-| ``LAKESHORE_DATA_DIR``     | the per-user data dir (``~/.local/share/lakeshore`` on Linux) |
-| ``LAKESHORE_ADMIN_TOKEN``  | generated once into ``<data dir>/admin-token`` (0600); 16+ chars |
-| ``LAKESHORE_MAX_BODY_BYTES`` | ``1048576`` (larger request bodies get 413) |
-| ``LAKESHORE_MAX_PAYLOAD_BYTES`` | ``262144`` (an invocation's args + kwargs as JSON; over → 413) |
-| ``LAKESHORE_MAX_RESULT_BYTES`` | ``524288`` (a result or a stream item as JSON; over → 413) |
-| ``LAKESHORE_NODE_ID``      | none (queues pinned to a node id are ticked only there) |
-| ``LAKESHORE_LEASE_S``      | ``30`` (a claim's lease; heartbeats renew it every third of it) |
-| ``LAKESHORE_REAPER_INTERVAL_S`` | ``1`` (how often expired leases are returned; 0 = never) |
-| ``LAKESHORE_CLAIM_RECHECK_S`` | ``5`` (a waiting claim's fallback re-check) |
-| ``ELASTICITY_ENABLED``     | ``true``                                  |
-| ``ELASTICITY_INTERVAL_S``  | ``5``                                     |
-| ``ELASTICITY_CALL_TIMEOUT_S`` | ``10`` (a provider or custom-scaler call) |
-| ``ELASTICITY_NOOP_RETENTION_S`` | ``86400`` (no-op events older are pruned) |
-| ``LAKESHORE_PUBLIC_URL``   | the address ``lakeshore server`` binds (daemons call it) |
-| ``LAKESHORE_ALLOWED_SCALERS`` | none (comma-separated ``module:function`` paths) |
+Every setting is listed once, with its variable, file key, flag and default, in
+``docs/configuration.md`` (a test holds that page and :class:`Settings` together). The
+environment names a setting ``LAKESHORE_`` + its field name, in any case; the spec's
+``ELASTICITY_*`` names are read too, under the ``LAKESHORE_`` ones. The file (``--config``
+or ``LAKESHORE_CONFIG``) is read by pydantic-settings' own TOML source, its keys the field
+names; a key it does not know is refused, so a typo is never silently ignored.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
+import tomllib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from lakeshore.defaults import (
     ADMIN_TOKEN_FILE,
@@ -39,93 +41,141 @@ from lakeshore.defaults import (
 
 __all__ = [
     "ADMIN_TOKEN_FILE",
+    "CONFIG_ENV",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "DEFAULT_URL",
+    "ENV_PREFIX",
+    "SPEC_NAMES",
+    "ConfigFile",
+    "ConfigFileError",
     "Settings",
     "default_data_dir",
     "read_local_admin_token",
 ]
 
+ENV_PREFIX = "LAKESHORE_"
+CONFIG_ENV = "LAKESHORE_CONFIG"
+# the spec's names, read when the LAKESHORE_ one is not set
+SPEC_NAMES: Mapping[str, str] = {
+    "ELASTICITY_ENABLED": "elasticity_enabled",
+    "ELASTICITY_INTERVAL_S": "elasticity_interval_s",
+    "ELASTICITY_CALL_TIMEOUT_S": "elasticity_call_timeout_s",
+    "ELASTICITY_NOOP_RETENTION_S": "elasticity_noop_retention_s",
+}
+
+
+class ConfigFileError(Exception):
+    """The configuration file is missing, not TOML, or holds a key no setting has."""
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    path: Path
+    named_by: str  # "--config" or "LAKESHORE_CONFIG": what the user wrote it in
+
+
+_chosen: ContextVar[ConfigFile | None] = ContextVar("lakeshore_config_file", default=None)
+
+
+def config_file() -> ConfigFile | None:
+    """The file :meth:`Settings.load` was given, else the one ``LAKESHORE_CONFIG`` names."""
+    chosen = _chosen.get()
+    if chosen is not None:
+        return chosen
+    named = os.environ.get(CONFIG_ENV)
+    return ConfigFile(Path(named).expanduser(), CONFIG_ENV) if named else None
+
+
+class _ServerFile(TomlConfigSettingsSource):
+    """pydantic-settings' TOML source, refusing a missing file and keys no setting has."""
+
+    def __init__(self, settings_cls: type[BaseSettings], chosen: ConfigFile) -> None:
+        if not chosen.path.is_file():
+            raise ConfigFileError(f"{chosen.named_by}: no such file: {chosen.path}")
+        try:
+            super().__init__(settings_cls, toml_file=chosen.path)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigFileError(f"{chosen.path}: not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigFileError(f"{chosen.path}: cannot read it: {exc.strerror}") from None
+        known = list(settings_cls.model_fields)
+        for key in self.toml_data:
+            if key not in known:
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigFileError(f"{chosen.path}: unknown key {key!r}{hint}")
+
+
+class _SpecNames(PydanticBaseSettingsSource):
+    """The spec's ``ELASTICITY_*`` variables, by their field names (any case, as the
+    ``LAKESHORE_`` ones)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # all the work is in __call__
+
+    def __call__(self) -> dict[str, Any]:
+        upper = {key.upper(): value for key, value in os.environ.items()}
+        return {field: upper[name] for name, field in SPEC_NAMES.items() if name in upper}
+
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+    """The server's settings; docs/configuration.md says what each one does."""
 
-    data_dir: Path = Field(
-        default_factory=default_data_dir,
-        validation_alias=AliasChoices("LAKESHORE_DATA_DIR", "data_dir"),
-    )
-    database_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("LAKESHORE_DATABASE_URL", "database_url")
-    )
-    admin_token: str | None = Field(
-        default=None, validation_alias=AliasChoices("LAKESHORE_ADMIN_TOKEN", "admin_token")
-    )
-    max_body_bytes: int = Field(
-        default=1 << 20,
-        gt=0,
-        validation_alias=AliasChoices("LAKESHORE_MAX_BODY_BYTES", "max_body_bytes"),
-    )
-    max_payload_bytes: int = Field(
-        default=256 << 10,
-        gt=0,
-        validation_alias=AliasChoices("LAKESHORE_MAX_PAYLOAD_BYTES", "max_payload_bytes"),
-    )
-    max_result_bytes: int = Field(
-        default=512 << 10,
-        gt=0,
-        validation_alias=AliasChoices("LAKESHORE_MAX_RESULT_BYTES", "max_result_bytes"),
-    )
-    claim_recheck_s: float = Field(
-        default=5.0,
-        gt=0,
-        validation_alias=AliasChoices("LAKESHORE_CLAIM_RECHECK_S", "claim_recheck_s"),
-    )
-    node_id: str | None = Field(
-        default=None, validation_alias=AliasChoices("LAKESHORE_NODE_ID", "node_id")
-    )
-    lease_s: float = Field(
-        default=30.0,
-        gt=0,
-        le=3600,
-        validation_alias=AliasChoices("LAKESHORE_LEASE_S", "lease_s"),
-    )
-    reaper_interval_s: float = Field(
-        default=1.0,
-        ge=0,
-        validation_alias=AliasChoices("LAKESHORE_REAPER_INTERVAL_S", "reaper_interval_s"),
-    )
-    elasticity_enabled: bool = Field(
-        default=True, validation_alias=AliasChoices("ELASTICITY_ENABLED", "elasticity_enabled")
-    )
-    elasticity_interval_s: float = Field(
-        default=5.0,
-        gt=0,
-        validation_alias=AliasChoices("ELASTICITY_INTERVAL_S", "elasticity_interval_s"),
-    )
+    model_config = SettingsConfigDict(extra="forbid", env_prefix=ENV_PREFIX)
 
-    elasticity_call_timeout_s: float = Field(
-        default=10.0,
-        gt=0,
-        le=600,
-        validation_alias=AliasChoices("ELASTICITY_CALL_TIMEOUT_S", "elasticity_call_timeout_s"),
-    )
-    elasticity_noop_retention_s: float = Field(
-        default=86_400.0,
-        gt=0,
-        validation_alias=AliasChoices("ELASTICITY_NOOP_RETENTION_S", "elasticity_noop_retention_s"),
-    )
-    public_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("LAKESHORE_PUBLIC_URL", "public_url")
-    )
-    allowed_scalers: str = Field(
-        default="",
-        validation_alias=AliasChoices("LAKESHORE_ALLOWED_SCALERS", "allowed_scalers"),
-    )
-    metrics_public: bool = Field(
-        default=False,
-        validation_alias=AliasChoices("LAKESHORE_METRICS_PUBLIC", "metrics_public"),
-    )
+    host: str = Field(default=DEFAULT_HOST, min_length=1)
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str | None = None
+    admin_token: str | None = None
+    public_url: str | None = None
+    node_id: str | None = None
+    log_format: Literal["text", "json"] = "text"
+    log_level: LogLevel = "info"
+    max_body_bytes: int = Field(default=1 << 20, gt=0)
+    max_payload_bytes: int = Field(default=256 << 10, gt=0)
+    max_result_bytes: int = Field(default=512 << 10, gt=0)
+    lease_s: float = Field(default=30.0, gt=0, le=3600)
+    reaper_interval_s: float = Field(default=1.0, ge=0)
+    claim_recheck_s: float = Field(default=5.0, gt=0)
+    elasticity_enabled: bool = True
+    elasticity_interval_s: float = Field(default=5.0, gt=0)
+    elasticity_call_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    elasticity_noop_retention_s: float = Field(default=86_400.0, gt=0)
+    allowed_scalers: str = ""
+    metrics_public: bool = False
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Flags (init values) > ``LAKESHORE_*`` > ``ELASTICITY_*`` > the file."""
+        sources = [init_settings, env_settings, _SpecNames(settings_cls)]
+        chosen = config_file()
+        if chosen is not None:
+            sources.append(_ServerFile(settings_cls, chosen))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls, config: Path | None = None, **flags: Any) -> Settings:
+        """The settings with ``flags`` (the ones given) over the rest; ``config`` is the
+        file ``--config`` names (else ``LAKESHORE_CONFIG``'s)."""
+        with _choosing(ConfigFile(config, "--config") if config else None):
+            return cls(**flags)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("admin_token")
     @classmethod
@@ -137,8 +187,7 @@ class Settings(BaseSettings):
             chars = f"{len(value)} character{'s' if len(value) != 1 else ''}"
             raise ValueError(
                 f"the admin token is {chars}; it needs at least "
-                f"{ADMIN_TOKEN_MIN_CHARS} (or leave LAKESHORE_ADMIN_TOKEN unset to have one "
-                "generated)"
+                f"{ADMIN_TOKEN_MIN_CHARS} (or leave it unset to have one generated)"
             )
         return value
 
@@ -153,3 +202,12 @@ class Settings(BaseSettings):
     @property
     def admin_token_path(self) -> Path:
         return self.data_dir / ADMIN_TOKEN_FILE
+
+
+@contextmanager
+def _choosing(chosen: ConfigFile | None) -> Iterator[None]:
+    token = _chosen.set(chosen)
+    try:
+        yield
+    finally:
+        _chosen.reset(token)

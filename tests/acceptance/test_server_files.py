@@ -89,7 +89,7 @@ def test_an_admin_token_shorter_than_16_characters_is_refused_at_start(
     data_dir = tmp_path / "data"
     done = _start(data_dir, command, LAKESHORE_ADMIN_TOKEN="sh0rt-t0ken")  # 11 characters
 
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 2, done.stdout + done.stderr  # a refused setting
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "LAKESHORE_ADMIN_TOKEN" in lines[0] and "at least 16" in lines[0]

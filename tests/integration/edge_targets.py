@@ -11,9 +11,9 @@ is a request of an operation that the server takes, for the admin: a test then p
 edge value (``tests/integration/edges.py``) in one place of it, or draws many.
 
 ``check`` is what every answer must pass: never a 5xx; a 4xx in the error envelope; a
-stream answered 200 ends with its ``end`` event; nothing but ``/healthz`` succeeds
-without a token that opens something; a worker token only on the worker routes; a
-namespace token never on an admin route.
+stream answered 200 ends with its ``end`` event; nothing but the probes (``/healthz``,
+``/readyz``) succeeds without a token that opens something; a worker token only on the
+worker routes; a namespace token never on an admin route.
 
 Not a test module; ``conftest.py`` has pytest rewrite its asserts.
 """
@@ -33,6 +33,7 @@ from tests.integration import edges
 from tests.integration.fuzzing import Served, assert_refusal
 
 NS = "/v1/namespaces/default"
+PROBES = frozenset({"/healthz", "/readyz"})  # answer anyone
 ADMIN_ONLY = frozenset(
     {"POST /v1/namespaces", "POST /v1/namespaces/{ns}/tokens", "POST /v1/admin/elasticity/tick"}
 )
@@ -369,9 +370,9 @@ def check(operation: Operation, parts: Parts, response: httpx.Response) -> None:
     if status >= 300:
         return
     if parts.caller in ("none", "odd"):
-        assert operation.path == "/healthz", f"answered {status} without a token"
+        assert operation.path in PROBES, f"answered {status} without a token"
     if parts.caller == "worker":
-        assert operation.path == "/healthz" or operation.path.startswith("/v1/workers/"), (
+        assert operation.path in PROBES or operation.path.startswith("/v1/workers/"), (
             f"answered {status} to a worker token"
         )
     if parts.caller == "namespace":

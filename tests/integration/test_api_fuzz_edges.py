@@ -25,7 +25,7 @@ would otherwise take (``edge_targets.plain``):
 
 Every answer passes ``edge_targets.check``: never a 5xx (nor an exception the app let
 escape), every 4xx in the error envelope, a stream answered 200 ends with its ``end``
-event, nothing but ``/healthz`` succeeds without a token that opens something, a worker
+event, nothing but the probes succeed without a token that opens something, a worker
 token only on the worker routes, a namespace token never on an admin route. When a
 request that succeeded has broken the seeded records (a ``bye``, a cancel, a PATCH…), they
 are put back (``World.restore``) before the next, so the ids stay worth aiming at.

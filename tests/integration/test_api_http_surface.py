@@ -8,7 +8,7 @@ import re
 import httpx
 import pytest
 
-PUBLIC = {"/healthz", "/openapi.json", "/docs", "/redoc"}
+PUBLIC = {"/healthz", "/readyz", "/openapi.json", "/docs", "/redoc"}
 QUEUES = "/v1/namespaces/default/queues"
 
 

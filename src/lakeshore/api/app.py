@@ -91,9 +91,11 @@ async def _reap_forever(
             log.info("reaper: %s", counts)
 
 
-async def _start_listener(url: URL, notifier: Notifier) -> asyncio.Task[None]:
-    """LISTEN for other replicas' wake-ups; wait (briefly) until it is listening."""
-    connected = asyncio.Event()
+async def _start_listener(
+    url: URL, notifier: Notifier, connected: asyncio.Event
+) -> asyncio.Task[None]:
+    """LISTEN for other replicas' wake-ups; wait (briefly) until it is listening
+    (``connected`` is set while it is)."""
     task = asyncio.create_task(
         wakeups.listen(url, notifier.notify, notifier.notify_all, connected=connected),
         name="lakeshore-wakeups",
@@ -148,9 +150,9 @@ def create_app(
             notifier=notifier,
             metrics=metrics,
         )
-        leadership: Leadership = (
-            Replicas(url, settings.node_id) if url.get_backend_name() == "postgresql" else Solo()
-        )
+        postgresql = url.get_backend_name() == "postgresql"
+        leadership: Leadership = Replicas(url, settings.node_id) if postgresql else Solo()
+        listening = asyncio.Event() if postgresql else None
         app.state.lakeshore = AppState(
             settings=settings,
             store=store,
@@ -165,10 +167,11 @@ def create_app(
             metrics=metrics,
             overview=overview,
             sessions=Sessions(token),
+            wakeups_listening=listening,
         )
         tasks = []
-        if url.get_backend_name() == "postgresql":
-            tasks.append(await _start_listener(url, notifier))
+        if listening is not None:
+            tasks.append(await _start_listener(url, notifier, listening))
         log.info(
             "lakeshore %s serving on %s", __version__, url.render_as_string(hide_password=True)
         )

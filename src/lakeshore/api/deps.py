@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,6 +45,8 @@ class AppState:
     metrics: Metrics
     overview: Overview  # the dashboard's shared read
     sessions: Sessions  # the dashboard's sign-ins
+    # set while this replica LISTENs for the others' wake-ups (PostgreSQL); None on SQLite
+    wakeups_listening: asyncio.Event | None = None
     namespaces: MutableMapping[str, Namespace] = field(  # found by name, remembered
         default_factory=lambda: TTLCache(auth.CALLERS_MAX, auth.CALLERS_TTL_S)
     )

@@ -23,7 +23,7 @@ from lakeshore.cli.apply_command import apply
 from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
 from lakeshore.cli.demo import demo
-from lakeshore.cli.server import server, up
+from lakeshore.cli.server import SettingsRefused, server, up
 from lakeshore.cli.simulate_command import simulate
 from lakeshore.defaults import DEFAULT_URL, DIST_NAME
 
@@ -111,6 +111,11 @@ global_options.install(app)
 def main() -> None:
     try:
         app()
+    except SettingsRefused as exc:
+        # plain lines, never wrapped: one per refused setting, as a bad flag's exit code
+        for line in exc.lines:
+            sys.stderr.write(f"lakeshore: {line}\n")
+        sys.exit(2)
     except CliError as exc:
         output.failure(str(exc))
         sys.exit(1)

@@ -29,12 +29,19 @@ LogFormat = Annotated[
 ]
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
-
     from lakeshore.config import Settings
 
 # The server's own stack (uvicorn, SQLAlchemy, migrations, the app) is imported when a
 # server starts, not at every CLI command's start.
+
+
+class SettingsRefused(CliError):
+    """Settings the server will not start with: one line each, ``lakeshore: `` before
+    them, exit code 2 (as for a bad flag)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
 
 
 def database_url(value: str) -> str:
@@ -44,20 +51,51 @@ def database_url(value: str) -> str:
     return f"sqlite:///{Path(value).expanduser().resolve()}"
 
 
-def settings_refused(exc: ValidationError) -> str:
-    """The settings a server refuses to start with, on one line; never the values given
-    (one of them may be a token)."""
-    problems = []
-    for error in exc.errors(include_url=False, include_input=False):
-        where = ".".join(str(part) for part in error["loc"])
-        message = str(error["msg"]).removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return "invalid settings: " + "; ".join(problems)
+Config = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A TOML file of settings (default: LAKESHORE_CONFIG); flags and the environment "
+        "win over it (docs/configuration.md).",
+        show_default=False,
+    ),
+]
+Host = Annotated[
+    str | None,
+    typer.Option(
+        help=f"Address to listen on (LAKESHORE_HOST, default {DEFAULT_HOST}).", show_default=False
+    ),
+]
+Port = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Port to listen on (LAKESHORE_PORT, default {DEFAULT_PORT}).",
+        min=0,
+        max=65535,
+        show_default=False,
+    ),
+]
+LogLevel = Annotated[
+    str | None,
+    typer.Option(
+        help="debug, info, warning or error (LAKESHORE_LOG_LEVEL, default info).",
+        show_default=False,
+    ),
+]
+ServerLogFormat = Annotated[
+    Format | None,
+    typer.Option(
+        help="text, or json: one object per line, the ids a line is about as fields "
+        "(LAKESHORE_LOG_FORMAT, default text; docs/observability.md).",
+        show_default=False,
+    ),
+]
 
 
 def server(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = DEFAULT_PORT,
+    config: Config = None,
+    host: Host = None,
+    port: Port = None,
     db: Annotated[
         str | None,
         typer.Option(
@@ -73,70 +111,98 @@ def server(
     demo: Annotated[
         bool, typer.Option("--demo", help="Create a demo queue on start, for a first look.")
     ] = False,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
-    log_format: LogFormat = Format.text,
+    log_level: LogLevel = None,
+    log_format: ServerLogFormat = None,
 ) -> None:
     """Run the Lakeshore server: migrates the store, then serves the API and runs the
-    elasticity controller until Ctrl-C."""
-    serve(
-        host,
-        port,
-        db,
-        data_dir,
-        demo=demo,
-        log_level=log_level,
-        log_format=log_format.value,
-        local_fleet=False,
-    )
+    elasticity controller until Ctrl-C.
+
+    Each setting comes from its flag, else the environment (LAKESHORE_*), else the TOML
+    file that --config or LAKESHORE_CONFIG names, else its default: see
+    docs/configuration.md."""
+    flags = _flags(host=host, port=port, db=db, data_dir=data_dir, log_level=log_level)
+    if log_format is not None:
+        flags["--log-format"] = ("log_format", log_format.value)
+    serve(_settings(config, flags), demo=demo, local_fleet=False)
 
 
 def up(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = DEFAULT_PORT,
+    config: Config = None,
+    host: Host = None,
+    port: Port = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="Where the SQLite file, admin token and daemon logs live."),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
-    log_format: LogFormat = Format.text,
+    log_level: LogLevel = None,
+    log_format: ServerLogFormat = None,
 ) -> None:
     """Run everything on this machine: the server, the controller and the `local` provider
     (daemons as local processes), on the embedded SQLite store in the data dir unless
-    LAKESHORE_DATABASE_URL names another store. Ctrl-C stops it all, launched daemons
-    included.
+    LAKESHORE_DATABASE_URL (or the --config file) names another store. Ctrl-C stops it
+    all, launched daemons included.
 
     Give a queue `--provider local` and an elasticity policy, submit work, and watch the
     fleet grow and shrink: `lakeshore queues events NAME`."""
-    serve(
-        host,
-        port,
-        None,
-        data_dir,
-        demo=False,
-        log_level=log_level,
-        log_format=log_format.value,
-        local_fleet=True,
-    )
+    flags = _flags(host=host, port=port, db=None, data_dir=data_dir, log_level=log_level)
+    if log_format is not None:
+        flags["--log-format"] = ("log_format", log_format.value)
+    serve(_settings(config, flags), demo=False, local_fleet=True)
 
 
-def _settings(host: str, port: int, db: str | None, data_dir: Path | None) -> Settings:
-    """The environment's settings with the flags over them; refused in one line."""
+def _flags(
+    *,
+    host: str | None,
+    port: int | None,
+    db: str | None,
+    data_dir: Path | None,
+    log_level: str | None,
+) -> dict[str, tuple[str, object]]:
+    """The flags given, by their name: (the setting, its value)."""
+    given: dict[str, tuple[str, object]] = {}
+    if host is not None:
+        given["--host"] = ("host", host)
+    if port is not None:
+        given["--port"] = ("port", port)
+    if db:
+        given["--db"] = ("database_url", database_url(db))
+    if data_dir:
+        given["--data-dir"] = ("data_dir", data_dir.expanduser().resolve())
+    if log_level is not None:
+        given["--log-level"] = ("log_level", log_level)
+    return given
+
+
+def _settings(config: Path | None, flags: dict[str, tuple[str, object]]) -> Settings:
+    """The flags over the environment over the file; refused one line per setting."""
+    import os
+
     from pydantic import ValidationError
 
-    from lakeshore.config import Settings
+    from lakeshore import config_errors
+    from lakeshore.config import CONFIG_ENV, ConfigFile, ConfigFileError, Settings, config_file
+    from lakeshore.errors import LakeshoreError
+    from lakeshore.store.engine import parse_url
 
-    overrides: dict[str, object] = {}
-    if db:
-        overrides["database_url"] = database_url(db)
-    if data_dir:
-        overrides["data_dir"] = data_dir.expanduser().resolve()
+    chosen = ConfigFile(config, "--config") if config else config_file()
+    named = {field: flag for flag, (field, _) in flags.items()}
     try:
-        settings = Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings.load(config, **{field: value for field, value in flags.values()})
+    except ConfigFileError as exc:
+        raise SettingsRefused([str(exc)]) from None
     except ValidationError as exc:
-        raise CliError(settings_refused(exc)) from None
+        raise SettingsRefused(config_errors.refusals(exc, named, os.environ, chosen)) from None
+    try:
+        parse_url(settings.resolved_database_url)
+    except LakeshoreError as exc:
+        where = config_errors.given_as("database_url", named, os.environ, chosen)
+        raise SettingsRefused([f"{where}: {exc.message}"]) from None
+    if config is not None:  # the server's own later reads of its settings see the file too
+        os.environ[CONFIG_ENV] = str(config.expanduser().resolve())
     if settings.public_url is None:
+        host = settings.host
         reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        settings = settings.model_copy(update={"public_url": f"http://{reachable}:{port}"})
+        settings = settings.model_copy(update={"public_url": f"http://{reachable}:{settings.port}"})
     return settings
 
 
@@ -154,17 +220,7 @@ def _admin_token_file(settings: Settings) -> Path | None:
     return path
 
 
-def serve(
-    host: str,
-    port: int,
-    db: str | None,
-    data_dir: Path | None,
-    *,
-    demo: bool,
-    log_level: str,
-    local_fleet: bool,
-    log_format: str = "text",
-) -> None:
+def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
     import logging
 
     import uvicorn
@@ -172,20 +228,21 @@ def serve(
 
     from lakeshore import logs, runtime
     from lakeshore.api.app import create_app
-    from lakeshore.errors import LakeshoreError
     from lakeshore.store.engine import parse_url, prepare
 
-    settings = _settings(host, port, db, data_dir)
-    try:
-        url = parse_url(settings.resolved_database_url)
-    except LakeshoreError as exc:
-        raise typer.BadParameter(exc.message, param_hint="--db") from exc
+    url = parse_url(settings.resolved_database_url)  # checked in _settings
     shown = url.render_as_string(hide_password=True)
     try:
         prepare(url)  # migrate before serving, so a bad store is one clear line, not a trace
     except (DBAPIError, OSError) as exc:
         reason = getattr(exc, "orig", None) or exc
         raise CliError(f"cannot open the store at {shown}: {reason}".strip()) from exc
+    host, port, log_level, log_format = (
+        settings.host,
+        settings.port,
+        settings.log_level,
+        settings.log_format,
+    )
     logs.setup(log_format, log_level)
     # the start-up lines: on the terminal as they are, or as log lines in json
     note = output.note if log_format == "text" else logging.getLogger("lakeshore.server").info
@@ -195,7 +252,7 @@ def serve(
     if token_path:
         note(f"admin token: {token_path}")
     else:
-        note("admin token: from LAKESHORE_ADMIN_TOKEN")
+        note("admin token: from the settings (LAKESHORE_ADMIN_TOKEN or admin_token)")
     if demo:
         note(
             'demo queue "demo" (fully_elastic, 0-4 daemons); in another terminal: '

@@ -10,6 +10,7 @@ of them applies a migration.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -18,6 +19,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, event, pool, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -83,13 +86,24 @@ def create_engine_for(url: URL, *, pool_size: int = 10) -> AsyncEngine:
     return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
 
 
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resources.files("lakeshore.store") / "migrations"))
+    return cfg
+
+
+@functools.cache
+def head_revision() -> str | None:
+    """The newest migration this installation ships."""
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
 def migrate(url: URL) -> None:
     """Bring the schema to the newest revision (idempotent; safe with concurrent servers)."""
     sync = create_engine(url, poolclass=pool.NullPool)
     if url.get_backend_name() == "sqlite":
         _sqlite_setup(sync)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(resources.files("lakeshore.store") / "migrations"))
+    cfg = _alembic_config()
     try:
         with sync.connect() as conn:
             if url.get_backend_name() == "postgresql":
@@ -166,6 +180,13 @@ class Store:
     async def ping(self) -> None:
         async with self.read() as conn:
             await conn.execute(text("SELECT 1"))
+
+    async def schema_revision(self) -> str | None:
+        """The migration the store's schema is at (``None``: never migrated)."""
+        async with self.read() as conn:
+            return await conn.run_sync(
+                lambda sync: MigrationContext.configure(sync).get_current_revision()
+            )
 
     async def close(self) -> None:
         await self.engine.dispose()
