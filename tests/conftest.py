@@ -27,6 +27,7 @@ from lakeshore.config import Settings
 from lakeshore.store.engine import Store, create_engine_for, migrate, parse_url
 from lakeshore.store.tables import metadata
 from tests import hangs
+from tests.moto_server import moto_url  # noqa: F401  # a fixture, for every test module
 
 PG_URL = os.environ.get("LAKESHORE_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 ADMIN_TOKEN = "lks-test-admin-token"

@@ -43,7 +43,7 @@ from tests.acceptance.conftest import (
 )
 from tests.integration import gce_fake
 from tests.integration.gce_fake import GceFake
-from tests.integration.test_provider_ec2 import AMI, REGION, moto_url  # noqa: F401  # fixture
+from tests.moto_server import AMI, REGION
 
 pytestmark = pytest.mark.acceptance
 
@@ -66,7 +66,7 @@ def gce() -> Iterator[GceFake]:
 @pytest.fixture(scope="module")
 def cloud_server(
     tmp_path_factory: pytest.TempPathFactory,
-    moto_url: str,  # noqa: F811  # the fixture imported above
+    moto_url: str,
 ) -> Iterator[LakeshoreServer]:
     base = tmp_path_factory.mktemp("install-srv")
     env = clean_env(COLUMNS=WIDE, **AWS_ENV)
@@ -177,7 +177,7 @@ def installed(machine: Path, *names: str) -> dict[str, str | None]:
 def test_ec2_then_gce_start_up_scripts_install_the_servers_wheel_and_say_hello(
     cloud_server: LakeshoreServer,
     machine: Path,
-    moto_url: str,  # noqa: F811  # the fixture imported above
+    moto_url: str,
     gce: GceFake,
 ) -> None:
     wheel = own_wheel()
