@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from lakeshore.services.auth import WORKER_ROUTES  # a worker token's routes
 from tests.conftest import ADMIN
 from tests.integration import edges
 from tests.integration.fuzzing import Served, assert_refusal
@@ -372,7 +373,7 @@ def check(operation: Operation, parts: Parts, response: httpx.Response) -> None:
     if parts.caller in ("none", "odd"):
         assert operation.path in PROBES, f"answered {status} without a token"
     if parts.caller == "worker":
-        assert operation.path in PROBES or operation.path.startswith("/v1/workers/"), (
+        assert operation.path in PROBES or operation.path.startswith(WORKER_ROUTES), (
             f"answered {status} to a worker token"
         )
     if parts.caller == "namespace":
