@@ -13,6 +13,7 @@ from lakeshore.cli import (
     daemon,
     feed,
     global_options,
+    help_text,
     invocation_actions,
     invocations,
     output,
@@ -106,6 +107,7 @@ app.command("submit")(invocations.submit)
 app.command("apply")(apply)
 app.command("simulate")(simulate)
 global_options.install(app)
+help_text.install(app)
 
 
 def main() -> None:
