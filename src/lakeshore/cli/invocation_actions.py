@@ -40,13 +40,24 @@ Queue = Annotated[
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 
 
-def _targets(ids: list[str] | None, queue: str | None, state: Enum | None) -> str | None:
-    """The queue for a bulk action, or None for an action by id; refuses a mix."""
+def _act(
+    cli: CliContext,
+    action: str,
+    ids: list[str] | None,
+    queue: str | None,
+    state: Enum | None,
+    as_json: bool,
+) -> None:
+    """``action`` on each of ``ids``, or on every invocation of ``queue`` in ``state``;
+    refuses a mix of the two, or neither."""
     if ids and (queue or state):
         raise typer.BadParameter("give invocation ids, or --queue with --state, not both")
-    if not ids and not (queue and state):
+    if ids:
+        _each(cli, action, ids, as_json)
+    elif queue and state:
+        _bulk(cli, action, queue, state.value, as_json)
+    else:
         raise typer.BadParameter("give invocation ids, or --queue QUEUE --state STATE")
-    return queue if not ids else None
 
 
 def _each(cli: CliContext, action: str, ids: list[str], as_json: bool) -> None:
@@ -106,12 +117,7 @@ def cancel(
 
     lakeshore invocations cancel --queue QUEUE --state pending
     """
-    cli = context.get(ctx)
-    bulk_queue = _targets(ids, queue, state)
-    if bulk_queue is not None and state is not None:
-        _bulk(cli, "cancel", bulk_queue, state.value, as_json)
-    else:
-        _each(cli, "cancel", ids or [], as_json)
+    _act(context.get(ctx), "cancel", ids, queue, state, as_json)
 
 
 def retry(
@@ -135,12 +141,7 @@ def retry(
 
     lakeshore invocations retry --queue QUEUE --state failed
     """
-    cli = context.get(ctx)
-    bulk_queue = _targets(ids, queue, state)
-    if bulk_queue is not None and state is not None:
-        _bulk(cli, "retry", bulk_queue, state.value, as_json)
-    else:
-        _each(cli, "retry", ids or [], as_json)
+    _act(context.get(ctx), "retry", ids, queue, state, as_json)
 
 
 def register(app: typer.Typer) -> None:

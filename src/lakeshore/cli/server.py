@@ -120,9 +120,9 @@ def server(
     Each setting comes from its flag, else the environment (LAKESHORE_*), else the TOML
     file that --config or LAKESHORE_CONFIG names, else its default: see
     docs/configuration.md."""
-    flags = _flags(host=host, port=port, db=db, data_dir=data_dir, log_level=log_level)
-    if log_format is not None:
-        flags["--log-format"] = ("log_format", log_format.value)
+    flags = _flags(
+        host=host, port=port, db=db, data_dir=data_dir, log_level=log_level, log_format=log_format
+    )
     serve(_settings(config, flags), demo=demo, local_fleet=False)
 
 
@@ -144,9 +144,9 @@ def up(
 
     Give a queue `--provider local` and an elasticity policy, submit work, and watch the
     fleet grow and shrink: `lakeshore queues events NAME`."""
-    flags = _flags(host=host, port=port, db=None, data_dir=data_dir, log_level=log_level)
-    if log_format is not None:
-        flags["--log-format"] = ("log_format", log_format.value)
+    flags = _flags(
+        host=host, port=port, db=None, data_dir=data_dir, log_level=log_level, log_format=log_format
+    )
     serve(_settings(config, flags), demo=False, local_fleet=True)
 
 
@@ -157,6 +157,7 @@ def _flags(
     db: str | None,
     data_dir: Path | None,
     log_level: str | None,
+    log_format: Format | None,
 ) -> dict[str, tuple[str, object]]:
     """The flags given, by their name: (the setting, its value)."""
     given: dict[str, tuple[str, object]] = {}
@@ -170,6 +171,8 @@ def _flags(
         given["--data-dir"] = ("data_dir", data_dir.expanduser().resolve())
     if log_level is not None:
         given["--log-level"] = ("log_level", log_level)
+    if log_format is not None:
+        given["--log-format"] = ("log_format", log_format.value)
     return given
 
 

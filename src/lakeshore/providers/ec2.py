@@ -114,7 +114,8 @@ class Ec2Provider:
     # --- the protocol -------------------------------------------------------------------
 
     async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
-        await asyncio.to_thread(own_wheel)  # built once, off the loop, for the user-data
+        if self.config.install_command is None:  # the default install names the wheel:
+            await asyncio.to_thread(own_wheel)  # built once, off the loop
         params = self.run_params(request)
         attempt: base.Attempt[str] = base.Attempt()
         try:

@@ -228,7 +228,8 @@ class GceProvider:
         self.launch_ttl_s = config.launch_ttl_s
 
     async def launch(self, request: base.LaunchRequest) -> dict[str, Any]:
-        await asyncio.to_thread(own_wheel)  # built once, off the loop, for the script
+        if self.config.install_command is None:  # the default install names the wheel:
+            await asyncio.to_thread(own_wheel)  # built once, off the loop
         spec = instance_spec(self.config, request)
         project, zone, name = self.config.project, self.config.zone, spec["name"]
         attempt: base.Attempt[str] = base.Attempt()
