@@ -272,4 +272,8 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
         log_level=log_level,
         log_config=logs.config(log_format, log_level),  # uvicorn's lines in the same format
         lifespan="on",
+        # httptools parses requests in C (a dependency); the loop is uvloop where it is
+        # installed (not on Windows), else asyncio's
+        http="httptools",
+        loop="auto",
     )
