@@ -5,6 +5,8 @@ PostgreSQL, a SQLite file for Lakeshore on SQLite), one after the other:
 
 1. enqueue in batches: ``--batches`` x ``--batch-size`` jobs, after one warm-up batch;
 2. enqueue one call per job: ``--single`` sequential calls, after one warm-up call;
+   Lakeshore's submits, one or in batches, go through the SDK's ``Client`` as a user's
+   code makes them (the peers' through their own Python APIs);
 3. drain ``--jobs`` no-op jobs, queued beforehand, with ``--workers`` worker processes,
    each running up to ``--concurrency`` jobs at once: ``lakeshore daemon run --burst
    --capacity C`` (talking to a real ``lakeshore server`` over HTTP), ``pgq run ... --mode
@@ -60,6 +62,8 @@ from typing import Any, ClassVar
 
 import httpx
 import psycopg
+
+from lakeshore.sdk import Client
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -340,17 +344,18 @@ class Lakeshore:
     token: str
     server: subprocess.Popen[bytes]
     http: httpx.Client
+    sdk: Client  # submits go through the SDK, as a user's code makes them
 
-    def submit(self, queue: str, fn: str, args: list[Any] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"fn": fn, "args": args} if args else {"fn": fn}
-        return check(self.http.post(f"{NS}/queues/{queue}/invocations", json=body), 201)  # type: ignore[no-any-return]
+    def submit(self, queue: str, fn: str, args: list[Any] | None = None) -> str:
+        """One submit, through the SDK's ``Client.submit``: the invocation's id."""
+        return self.sdk.submit(queue, fn, args or ()).id
 
     def submit_batches(self, queue: str, fn: str, total: int) -> None:
+        """``total`` submits through the SDK's ``Client.submit_many``, ``--batch-size``
+        to a request."""
         size = self.run.opts.batch_size
         for start in range(0, total, size):
-            items = [{"fn": fn}] * min(size, total - start)
-            path = f"{NS}/queues/{queue}/invocations/batch"
-            check(self.http.post(path, json={"invocations": items}), 201)
+            self.sdk.submit_many(queue, fn, [()] * min(size, total - start))
 
     def stats(self, queue: str) -> dict[str, int]:
         return check(self.http.get(f"{NS}/queues/{queue}/stats"), 200)["byState"]  # type: ignore[no-any-return]
@@ -391,8 +396,11 @@ def lakeshore_server(db: str, run: Run) -> Iterator[Lakeshore]:
                 raise BenchError(f"server not healthy in {STARTUP_TIMEOUT_S:.0f}s")
             time.sleep(0.1)
         headers = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
-            yield Lakeshore(run, url, token, server, http)
+        with (
+            httpx.Client(base_url=url, headers=headers, timeout=60) as http,
+            Client(url, token) as sdk,
+        ):
+            yield Lakeshore(run, url, token, server, http, sdk)
     finally:
         RES.stop(server)
 
@@ -453,10 +461,10 @@ def ls_latency(ls: Lakeshore) -> None:
         for n in range(ls.run.opts.latency):
             tag = f"p{n}"
             sent = time.time()
-            created = ls.submit("latency", STAMP_FN, [str(ledger.path), tag])
+            invocation_id = ls.submit("latency", STAMP_FN, [str(ledger.path), tag])
             client.append((ledger.wait(tag) - sent) * 1000)
             time.sleep(PROBE_PAUSE_S)
-            record = check(ls.http.get(f"{NS}/invocations/{created['id']}"), 200)
+            record = check(ls.http.get(f"{NS}/invocations/{invocation_id}"), 200)
             started = parse_ts(record["started_at"]) - parse_ts(record["created_at"])
             store.append(started.total_seconds() * 1000)
     finally:

@@ -23,11 +23,13 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
+import orjson
+import urllib3
 from httpx_sse import SSEError, connect_sse
 
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
@@ -70,6 +72,12 @@ def _remote_exception(error: dict[str, Any]) -> Exception:
 
 
 class Client:
+    """The server's API from Python: submit (one or many), read, cancel, follow.
+
+    Requests go over a pool of kept-alive connections (urllib3: a submit costs one round
+    trip and little else), safe to share between threads; following a stream opens an
+    SSE client of its own."""
+
     def __init__(
         self,
         url: str | None = None,
@@ -77,15 +85,27 @@ class Client:
         namespace: str | None = None,
         *,
         timeout: float = 30.0,
+        connections: int = 10,
     ) -> None:
         self.url = (url or os.environ.get("LAKESHORE_URL") or DEFAULT_URL).rstrip("/")
         token = token or os.environ.get("LAKESHORE_TOKEN") or read_local_admin_token()
         self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
-        headers = {"Authorization": f"Bearer {token.strip()}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._auth = {"Authorization": f"Bearer {token.strip()}"} if token else {}
+        self._timeout = timeout
+        self._pool = urllib3.connection_from_url(
+            self.url,
+            maxsize=connections,
+            timeout=urllib3.Timeout(total=timeout),
+            # a refused connection is tried once more; nothing that may have reached the
+            # server is sent again, so a submit is never made twice by the client
+            retries=urllib3.Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0),
+        )
+        self._sse: httpx.Client | None = None
 
     def close(self) -> None:
-        self._http.close()
+        self._pool.close()
+        if self._sse is not None:
+            self._sse.close()
 
     def __enter__(self) -> Client:
         return self
@@ -97,20 +117,25 @@ class Client:
         parts = [self.namespace, *segments]
         return "/v1/namespaces/" + "/".join(quote(part, safe="") for part in parts)
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
-        if not response.is_success:
-            self._raise(response)
-        return response.json()
-
-    def _raise(self, response: httpx.Response) -> None:
+    def request(
+        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        """``method path`` with ``json`` as its body: the answer's JSON, or
+        :class:`LakeshoreClientError` with the server's words; ``ConnectionError`` when
+        the server cannot be reached."""
+        if params:
+            path = f"{path}?{urlencode(params, doseq=True)}"
+        headers, body = self._auth, None
+        if json is not None:
+            headers, body = {**headers, "Content-Type": "application/json"}, orjson.dumps(json)
         try:
-            error = response.json()["error"]
-            raise LakeshoreClientError(response.status_code, error["code"], error["message"])
-        except (ValueError, KeyError, TypeError):
-            raise LakeshoreClientError(
-                response.status_code, "http_error", response.text[:200]
-            ) from None
+            response = self._pool.urlopen(method, path, body=body, headers=headers)
+        except urllib3.exceptions.HTTPError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise ConnectionError(f"cannot reach the server at {self.url}: {reason}") from None
+        if not 200 <= response.status < 300:
+            _raise(response.status, response.data)
+        return orjson.loads(response.data)
 
     def submit(
         self,
@@ -123,12 +148,45 @@ class Client:
         max_attempts: int | None = None,
         timeout_s: float | None = None,
     ) -> Handle[Any]:
-        body: dict[str, Any] = {"fn": fn, "args": list(args), "kwargs": kwargs or {}}
-        for name, value in (("key", key), ("max_attempts", max_attempts), ("timeout_s", timeout_s)):
-            if value is not None:
-                body[name] = value
+        body = _submit_body(fn, args, kwargs, key, max_attempts, timeout_s)
         created = self.request("POST", self._path("queues", queue, "invocations"), json=body)
         return Handle(self, created["id"])
+
+    def submit_many(
+        self,
+        queue: str,
+        fn: str,
+        args_list: Iterable[Sequence[Any]],
+        kwargs_list: Iterable[dict[str, Any]] | None = None,
+        *,
+        max_attempts: int | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Handle[Any]]:
+        """Submit ``fn`` once per item of ``args_list`` (each the call's positional
+        arguments; ``kwargs_list``, when given, the keyword arguments, item by item), in
+        order, 1,000 to a request. Each request's batch is stored whole or not at all; the
+        handles come back in the calls' order."""
+        path = self._path("queues", queue, "invocations", "batch")
+        handles: list[Handle[Any]] = []
+        batch: list[dict[str, Any]] = []
+
+        def send() -> None:
+            answer = self.request("POST", path, json={"invocations": batch})
+            handles.extend(Handle(self, item["id"]) for item in answer["invocations"])
+            batch.clear()
+
+        calls: Iterable[tuple[Sequence[Any], dict[str, Any] | None]] = (
+            ((args, None) for args in args_list)
+            if kwargs_list is None
+            else zip(args_list, kwargs_list, strict=True)
+        )
+        for args, kwargs in calls:
+            batch.append(_submit_body(fn, args, kwargs, None, max_attempts, timeout_s))
+            if len(batch) == BATCH_MAX:
+                send()
+        if batch:
+            send()
+        return handles
 
     def get(self, invocation_id: str) -> dict[str, Any]:
         return dict(self.request("GET", self._path("invocations", invocation_id)))
@@ -143,15 +201,16 @@ class Client:
         ``("end", invocation)``. A dropped connection is resumed where it left off."""
         path = self._path("invocations", invocation_id, "stream")
         timeout = httpx.Timeout(30.0, read=60.0)  # the server pings every 15 s
+        if self._sse is None:
+            self._sse = httpx.Client(base_url=self.url, headers=self._auth, timeout=self._timeout)
         failures = 0
         while True:
             try:
                 with connect_sse(
-                    self._http, "GET", path, params={"after": after}, timeout=timeout
+                    self._sse, "GET", path, params={"after": after}, timeout=timeout
                 ) as source:
                     if not source.response.is_success:
-                        source.response.read()
-                        self._raise(source.response)
+                        _raise(source.response.status_code, source.response.read())
                     for event in source.iter_sse():
                         if event.event == "item":
                             after = int(event.id)
@@ -214,6 +273,34 @@ class Handle(Generic[R]):
                 _outcome(value)
 
 
+BATCH_MAX = 1000  # invocations per batch request, as the server takes them
+
+
+def _submit_body(
+    fn: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None,
+    key: str | None,
+    max_attempts: int | None,
+    timeout_s: float | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"fn": fn, "args": list(args), "kwargs": kwargs or {}}
+    for name, value in (("key", key), ("max_attempts", max_attempts), ("timeout_s", timeout_s)):
+        if value is not None:
+            body[name] = value
+    return body
+
+
+def _raise(status: int, data: bytes) -> None:
+    """The server's refusal as :class:`LakeshoreClientError`."""
+    try:
+        error = orjson.loads(data)["error"]
+        code, message = error["code"], error["message"]
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", data[:200].decode("utf-8", "replace")
+    raise LakeshoreClientError(status, code, message)
+
+
 def _outcome(info: dict[str, Any]) -> Any:
     """A final invocation's result, or its error raised."""
     if info["state"] == "succeeded":
@@ -264,11 +351,7 @@ class UDF(Generic[P, R]):
         return self._client
 
     def submit(self, *args: Any, _key: str | None = None, **kwargs: Any) -> Handle[R]:
-        if self.func.__module__ == "__main__" or "<locals>" in self.func.__qualname__:
-            raise ValueError(
-                f"{self.func.__qualname__} must be defined at the top of an importable module "
-                "for daemons to run it"
-            )
+        self._require_importable()
         return self.client.submit(
             self.queue,
             self.path,
@@ -278,6 +361,30 @@ class UDF(Generic[P, R]):
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
         )
+
+    def submit_many(
+        self,
+        args_list: Iterable[Sequence[Any]],
+        kwargs_list: Iterable[dict[str, Any]] | None = None,
+    ) -> list[Handle[R]]:
+        """One invocation per item of ``args_list`` (with ``kwargs_list``'s, item by item,
+        if given), 1,000 to a request: see :meth:`Client.submit_many`."""
+        self._require_importable()
+        return self.client.submit_many(
+            self.queue,
+            self.path,
+            args_list,
+            kwargs_list,
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+        )
+
+    def _require_importable(self) -> None:
+        if self.func.__module__ == "__main__" or "<locals>" in self.func.__qualname__:
+            raise ValueError(
+                f"{self.func.__qualname__} must be defined at the top of an importable module "
+                "for daemons to run it"
+            )
 
 
 def udf(

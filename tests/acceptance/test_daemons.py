@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -332,6 +333,7 @@ def test_the_sdk_submits_and_gets_results_and_remote_errors(
     server: LakeshoreServer, tmp_path: Path
 ) -> None:
     from lakeshore import Client, RemoteError
+    from lakeshore.sdk import LakeshoreClientError
     from tests import udfs
 
     with Client(server.url, server.admin_token) as client:
@@ -343,9 +345,20 @@ def test_the_sdk_submits_and_gets_results_and_remote_errors(
         assert same.id == again.id
         zero = divide.submit(1, b=0)
         odd = unusual.submit()
+        # 1,001 calls: two batch requests, handles in the calls' order
+        many = cube.submit_many([(i,) for i in range(1001)])
+        quotients = divide.submit_many([(8,), (9,)], [{"b": 2}, {"b": 3}])
+        with pytest.raises(ValueError, match="longer"):
+            divide.submit_many([(1,)], [{"b": 1}, {"b": 2}])  # lengths must agree
+        with pytest.raises(LakeshoreClientError, match="not a valid queue name") as refused:
+            client.submit("bad name!", "tests.udfs:cube", [1])
+        assert refused.value.status == 422
         daemon = start_daemon(server, tmp_path / "d.log", "--queue", "sdk", "--capacity", "2")
         try:
             assert [h.result(timeout=60) for h in handles] == [0, 1, 8, 27, 64]
+            assert [many[i].result(timeout=60) for i in (0, 999, 1000)] == [0, 999**3, 1000**3]
+            assert len({h.id for h in many}) == 1001
+            assert [h.result(timeout=60) for h in quotients] == [4, 3]
             assert same.result(timeout=60) == 8
             with pytest.raises(ZeroDivisionError, match="division by zero"):
                 zero.result(timeout=60)
@@ -359,6 +372,16 @@ def test_the_sdk_submits_and_gets_results_and_remote_errors(
             pending.result(timeout=0.2)
         pending.cancel()
         assert pending.state() == "cancelled"
+
+
+def test_the_sdk_names_a_server_it_cannot_reach(tmp_path: Path) -> None:
+    from lakeshore import Client
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with Client(url, "token") as client, pytest.raises(ConnectionError, match=url):
+        client.submit("q", "tests.udfs:cube", [1])
 
 
 def test_submit_and_invocation_commands_through_the_cli(
