@@ -16,10 +16,12 @@ class Heard:
     def __init__(self) -> None:
         self.keys: list[str] = []
         self.everyone = 0
+        self.deliveries = 0
         self.changed = asyncio.Event()
 
     def deliver(self, keys: list[str]) -> None:
         self.keys.extend(keys)
+        self.deliveries += 1
         self.changed.set()
 
     def deliver_all(self) -> None:
@@ -56,6 +58,14 @@ async def test_committed_keys_reach_a_listener_and_rolled_back_ones_do_not(
             await wakeups.publish(conn, ["q_1", "stream:inv_1", "q_1"])
         await heard.until(2)
         assert sorted(heard.keys) == ["q_1", "stream:inv_1"]
+        many = [f"stream:inv_{n:06d}" for n in range(1000)]  # a big batch's outcomes
+        async with store.write() as conn:
+            await wakeups.publish(conn, many)
+        await heard.until(2 + len(many))
+        assert sorted(heard.keys[2:]) == many
+        packed = wakeups.payloads(many)
+        assert 1 < len(packed) < 10 and all(len(p.encode()) < 8000 for p in packed)
+        assert heard.deliveries == 1 + len(packed)  # one notification holds many keys
     finally:
         listener.cancel()
         with contextlib.suppress(asyncio.CancelledError):

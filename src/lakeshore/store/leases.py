@@ -9,6 +9,7 @@ outcome group, not per row.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,11 +19,13 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     RowMapping,
+    Text,
     and_,
     bindparam,
     func,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -111,6 +114,11 @@ async def report(
     given, is filled with each held invocation's queue id and start (for the metrics)."""
     if not reports:
         return {}
+    states: dict[str, str] = {}
+    if _is_pg(conn):  # the successes, a busy daemon's usual batch, in one statement
+        reports = await _succeed_many(conn, worker_id, reports, now, states, held_rows)
+        if not reports:
+            return states
     query = select(C.id, C.attempts, C.max_attempts, C.queue_id, C.started_at).where(
         C.id.in_([r.invocation_id for r in reports]),
         C.worker_id == worker_id,
@@ -121,7 +129,69 @@ async def report(
     rows = (await conn.execute(query)).all()
     held = {row[0]: (row[1], row[2]) for row in rows}
     _note(held_rows, rows)
-    states: dict[str, str] = {}
+    done, again, failed = _grouped(reports, held, now, states)
+    mine = update(invocations).where(
+        C.id == bindparam("b_id"), C.worker_id == worker_id, C.state == "running"
+    )
+    error = bindparam("b_error", type_=C.error.type)
+    if done:
+        result = bindparam("b_result", type_=C.result.type)
+        values = {"state": "succeeded", "result": result, "error": None, "finished_at": now}
+        await conn.execute(mine.values({**values, "lease_expires_at": None}), done)
+    if again:
+        at = bindparam("b_at", type_=C.available_at.type)
+        values = {"state": "pending", "error": error, "available_at": at, "worker_id": None}
+        await conn.execute(mine.values({**values, "lease_expires_at": None}), again)
+    if failed:
+        values = {"state": "failed", "error": error, "finished_at": now}
+        await conn.execute(mine.values({**values, "lease_expires_at": None}), failed)
+    return states
+
+
+_SUCCEED_MANY = text(
+    "UPDATE invocations AS i SET state = 'succeeded', result = CAST(b.result AS json), "
+    "error = NULL, finished_at = :now, lease_expires_at = NULL "
+    "FROM unnest(CAST(:ids AS text[]), CAST(:results AS text[])) AS b(id, result) "
+    "WHERE i.id = b.id AND i.worker_id = :worker_id AND i.state = 'running' "
+    "RETURNING i.id, i.queue_id, i.started_at"
+).columns(id=Text(), queue_id=Text(), started_at=C.started_at.type)
+
+
+async def _succeed_many(
+    conn: AsyncConnection,
+    worker_id: str,
+    reports: Sequence[Report],
+    now: datetime,
+    states: dict[str, str],
+    held_rows: dict[str, tuple[str, datetime | None]] | None,
+) -> list[Report]:
+    """PostgreSQL: succeed, in one statement, each reported success the worker still
+    holds (into ``states`` and ``held_rows``); the failures are returned, to be recorded
+    one group at a time. Results are encoded as the column's type encodes them (text of
+    ``json``, kept as written)."""
+    results = {r.invocation_id: r.result for r in reports if r.error is None}
+    if results:
+        params = {
+            "ids": list(results),
+            "results": [json.dumps(value) for value in results.values()],
+            "now": now,
+            "worker_id": worker_id,
+        }
+        stmt = _SUCCEED_MANY.bindparams(bindparam("now", type_=C.finished_at.type))
+        succeeded = (await conn.execute(stmt, params)).all()
+        _note(held_rows, [(i, None, None, queue_id, at) for i, queue_id, at in succeeded])
+        states.update((row[0], "succeeded") for row in succeeded)
+    return [r for r in reports if r.error is not None and r.invocation_id not in results]
+
+
+def _grouped(
+    reports: Sequence[Report],
+    held: dict[str, tuple[int, int]],
+    now: datetime,
+    states: dict[str, str],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The held reports' parameters by outcome: succeeded, pending again (after their
+    backoff), failed for good; each one's new state goes into ``states``."""
     done: list[dict[str, Any]] = []
     again: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
@@ -140,22 +210,7 @@ async def report(
             again.append({"b_id": r.invocation_id, "b_error": r.error, "b_at": now + delay})
         else:
             failed.append({"b_id": r.invocation_id, "b_error": r.error})
-    mine = update(invocations).where(
-        C.id == bindparam("b_id"), C.worker_id == worker_id, C.state == "running"
-    )
-    error = bindparam("b_error", type_=C.error.type)
-    if done:
-        result = bindparam("b_result", type_=C.result.type)
-        values = {"state": "succeeded", "result": result, "error": None, "finished_at": now}
-        await conn.execute(mine.values({**values, "lease_expires_at": None}), done)
-    if again:
-        at = bindparam("b_at", type_=C.available_at.type)
-        values = {"state": "pending", "error": error, "available_at": at, "worker_id": None}
-        await conn.execute(mine.values({**values, "lease_expires_at": None}), again)
-    if failed:
-        values = {"state": "failed", "error": error, "finished_at": now}
-        await conn.execute(mine.values({**values, "lease_expires_at": None}), failed)
-    return states
+    return done, again, failed
 
 
 def _note(held_rows: dict[str, tuple[str, datetime | None]] | None, rows: Sequence[Any]) -> None:

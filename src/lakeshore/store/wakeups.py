@@ -23,16 +23,35 @@ from sqlalchemy.types import Text
 log = logging.getLogger("lakeshore.wakeups")
 
 CHANNEL = "lakeshore_wakeup"
-_PUBLISH = text("SELECT pg_notify(:channel, key) FROM unnest(:keys) AS key").bindparams(
-    bindparam("keys", type_=ARRAY(Text()))
+SEPARATOR = " "  # between the keys of one notification (keys are ids: no spaces)
+PAYLOAD_BYTES = 7900  # PostgreSQL takes notification payloads of under 8000 bytes
+_PUBLISH = text("SELECT pg_notify(:channel, payload) FROM unnest(:payloads) AS payload").bindparams(
+    bindparam("payloads", type_=ARRAY(Text()))
 )
+
+
+def payloads(keys: Iterable[str]) -> list[str]:
+    """``keys`` packed into as few notification payloads as fit: a batch of 250
+    outcomes is one notification to every replica, not 250."""
+    packed: list[str] = []
+    current: list[str] = []
+    size = 0
+    for key in sorted(set(keys)):
+        width = len(key.encode()) + 1
+        if current and size + width > PAYLOAD_BYTES:
+            packed.append(SEPARATOR.join(current))
+            current, size = [], 0
+        current.append(key)
+        size += width
+    if current:
+        packed.append(SEPARATOR.join(current))
+    return packed
 
 
 async def publish(conn: AsyncConnection, keys: Iterable[str]) -> None:
     """Announce ``keys`` to every replica when the current transaction commits."""
-    unique = sorted(set(keys))
-    if unique and conn.dialect.name == "postgresql":
-        await conn.execute(_PUBLISH, {"channel": CHANNEL, "keys": unique})
+    if conn.dialect.name == "postgresql" and (packed := payloads(keys)):
+        await conn.execute(_PUBLISH, {"channel": CHANNEL, "payloads": packed})
 
 
 def _conninfo(url: URL) -> str:
@@ -62,7 +81,7 @@ async def listen(
                 if connected is not None:
                     connected.set()
                 async for notice in conn.notifies():
-                    deliver([notice.payload])
+                    deliver(notice.payload.split(SEPARATOR))
         except (psycopg.Error, OSError) as exc:
             log.warning("wake-up listener lost its connection (%s); reconnecting", exc)
         if connected is not None:
