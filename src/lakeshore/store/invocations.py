@@ -10,6 +10,7 @@ database never hand one invocation to two workers; on SQLite the write transacti
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -22,6 +23,7 @@ from sqlalchemy import (
     ColumnElement,
     RowMapping,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -248,12 +250,21 @@ async def claim(
     """
     if limit <= 0:
         return []
-    sampled = kind == "boltzmann"
+    if kind != "boltzmann":  # pick and lease in one statement; the rows come back unordered
+        params = {
+            "b_queue_id": queue_id,
+            "b_now": now,
+            "b_limit": limit,
+            "b_worker_id": worker_id,
+            "b_lease_expires_at": now + timedelta(seconds=lease_s),
+        }
+        stmt = _lease_statement(kind if kind in _ORDER else "fifo", _is_pg(conn))
+        return _in_order(kind, (await conn.execute(stmt, params)).mappings().all())
     query = (
         select(C.id, C.priority)
         .where(C.queue_id == queue_id, C.state == "pending", C.available_at <= now)
-        .order_by(*_ORDER.get(kind, _ORDER["fifo"]))
-        .limit(disciplines.candidate_count(limit) if sampled else limit)
+        .order_by(*_ORDER["boltzmann"])
+        .limit(disciplines.candidate_count(limit))
     )
     if _is_pg(conn):
         query = query.with_for_update(skip_locked=True)
@@ -264,16 +275,6 @@ async def claim(
         started_at=now,
         attempts=C.attempts + 1,
     )
-    if not sampled:  # pick and lease in one statement; the rows come back unordered
-        # a CTE, materialized: a subquery with LIMIT … SKIP LOCKED may be run again
-        # within the statement on PostgreSQL, leasing more than ``limit``
-        picked = query.with_only_columns(C.id).cte("picked").prefix_with("MATERIALIZED")
-        done = await conn.execute(
-            lease.add_cte(picked)
-            .where(C.id.in_(select(picked.c.id)), C.state == "pending")
-            .returning(*invocations.c)
-        )
-        return _in_order(kind, done.mappings().all())
     rows = [(row[0], float(row[1])) for row in (await conn.execute(query)).all()]
     ids = disciplines.boltzmann_pick(rows, limit, temperature, _RNG)
     if not ids:
@@ -283,6 +284,38 @@ async def claim(
     )
     order = {invocation_id: i for i, invocation_id in enumerate(ids)}
     return sorted(claimed.mappings().all(), key=lambda row: order[row["id"]])
+
+
+@functools.cache
+def _lease_statement(kind: str, pg: bool) -> Any:
+    """Pick up to ``b_limit`` claimable invocations of ``b_queue_id`` in ``kind``'s order
+    and lease them to ``b_worker_id``, in one statement, built once per kind and dialect
+    (a claim is the hottest statement: building it per call cost more than running it).
+    The pick is a materialized CTE: a subquery with LIMIT … SKIP LOCKED may be run again
+    within the statement on PostgreSQL, leasing more than the limit."""
+    now = bindparam("b_now", type_=C.available_at.type)
+    picked = (
+        select(C.id)
+        .where(C.queue_id == bindparam("b_queue_id"), C.state == "pending", C.available_at <= now)
+        .order_by(*_ORDER[kind])
+        .limit(bindparam("b_limit"))
+    )
+    if pg:
+        picked = picked.with_for_update(skip_locked=True)
+    cte = picked.cte("picked").prefix_with("MATERIALIZED")
+    return (
+        update(invocations)
+        .add_cte(cte)
+        .where(C.id.in_(select(cte.c.id)), C.state == "pending")
+        .values(
+            state="running",
+            worker_id=bindparam("b_worker_id"),
+            lease_expires_at=bindparam("b_lease_expires_at", type_=C.lease_expires_at.type),
+            started_at=now,
+            attempts=C.attempts + 1,
+        )
+        .returning(*invocations.c)
+    )
 
 
 def _expired(cutoff_s: float, now: datetime) -> dict[str, Any]:

@@ -335,6 +335,10 @@ async def hand_back(
     return [str(queue_id) for queue_id in done.scalars()]
 
 
+_RUNNING_COUNT = select(func.count()).where(
+    C.worker_id == bindparam("b_worker_id"), C.state == "running"
+)
+
+
 async def running_count(conn: AsyncConnection, worker_id: str) -> int:
-    query = select(func.count()).where(C.worker_id == worker_id, C.state == "running")
-    return int((await conn.execute(query)).scalar_one())
+    return int((await conn.execute(_RUNNING_COUNT, {"b_worker_id": worker_id})).scalar_one())

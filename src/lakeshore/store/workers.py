@@ -54,9 +54,20 @@ async def key_taken(conn: AsyncConnection, key: str) -> bool:
     return await get(conn, key) is not None or await is_retired(conn, key)
 
 
+# the statements every request of a worker runs, built once (building one per call cost
+# about as much as running it)
+_GET = select(workers).where(W.id == bindparam("b_id"))
+_TOUCH = (
+    update(workers)
+    .where(W.id == bindparam("b_id"))
+    .values(last_seen_at=bindparam("b_now", type_=W.last_seen_at.type))
+    .returning(W.retiring)
+)
+
+
 async def get(conn: AsyncConnection, worker_id: str) -> RowMapping | None:
     """The worker with this key."""
-    return (await conn.execute(select(workers).where(W.id == worker_id))).mappings().first()
+    return (await conn.execute(_GET, {"b_id": worker_id})).mappings().first()
 
 
 async def get_by_name(conn: AsyncConnection, namespace_id: str, name: str) -> RowMapping | None:
@@ -101,12 +112,13 @@ async def touch(
     The update locks the worker's row for the rest of the transaction, so a claim and the
     controller's retire check of the same worker never interleave.
     """
-    values: dict[str, Any] = {"last_seen_at": now}
-    if current is not _KEEP:
-        values["current_invocations"] = current
-    done = await conn.execute(
-        update(workers).where(W.id == worker_id).values(values).returning(W.retiring)
-    )
+    if current is _KEEP:
+        done = await conn.execute(_TOUCH, {"b_id": worker_id, "b_now": now})
+    else:
+        values = {"last_seen_at": now, "current_invocations": current}
+        done = await conn.execute(
+            update(workers).where(W.id == worker_id).values(values).returning(W.retiring)
+        )
     retiring = done.scalar_one_or_none()
     return None if retiring is None else bool(retiring)
 
