@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     ColumnElement,
     RowMapping,
@@ -32,7 +33,6 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
@@ -63,11 +63,9 @@ def _is_pg(conn: AsyncConnection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-# A submit's columns and their PostgreSQL types. On PostgreSQL a batch goes in as one
-# array per column (``INSERT … SELECT FROM unnest(…)``): a statement of fixed text, where
-# a multi-row VALUES list of ~15,000 parameters for 1,000 rows cost more to build and
-# parse on the client than the insert took in the database.
-_UNNESTED = {
+# The columns a submit writes, and their PostgreSQL types. The rest start NULL (worker,
+# lease, outcome, start and end times).
+SUBMITTED = {
     "id": "text",
     "namespace_id": "text",
     "queue_id": "text",
@@ -84,56 +82,94 @@ _UNNESTED = {
     "available_at": "timestamptz",
     "created_at": "timestamptz",
 }
+_UNSET = {column.name: None for column in invocations.c if column.name not in SUBMITTED}
+_JSON_COLUMNS = ("args", "kwargs")
 
 
-def _insert_unnested() -> TextualSelect:
-    names = ", ".join(f'"{name}"' for name in _UNNESTED)
-    values = ", ".join(
-        f'u."{name}"::json' if name in ("args", "kwargs") else f'u."{name}"' for name in _UNNESTED
-    )
-    arrays = ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _UNNESTED.items())
-    returning = ", ".join(f'"{column.name}"' for column in invocations.c)
+# A batch goes in as one JSON document, an array of rows, in one statement of fixed text
+# that returns only the ids it inserted. A multi-row VALUES list of ~15,000 parameters for
+# 1,000 rows cost more to build and parse than the insert took; one array parameter per
+# column (``unnest``) was dumped element by element by the driver, in Python, and every
+# column read back: the rows are already known here, so only which ones went in is asked.
+def _insert_document(dialect: str) -> TextualSelect:
+    names = ", ".join(f'"{name}"' for name in SUBMITTED)
+    if dialect == "postgresql":
+        values = ", ".join(
+            f'u."{name}"::json' if name in _JSON_COLUMNS else f'u."{name}"' for name in SUBMITTED
+        )
+        shape = ", ".join(f'"{name}" {kind}' for name, kind in SUBMITTED.items())
+        source = f"json_to_recordset(CAST(:rows AS json)) AS u({shape})"
+    else:  # SQLite: the JSON functions are built in; WHERE true parses the upsert after it
+        values = ", ".join(f"json_extract(value, '$.{name}')" for name in SUBMITTED)
+        source = "json_each(:rows) WHERE true"
     sql = (
-        f"INSERT INTO invocations ({names}) SELECT {values} FROM unnest({arrays}) AS u({names}) "
-        f"ON CONFLICT (queue_id, key) DO NOTHING RETURNING {returning}"
+        f"INSERT INTO invocations ({names}) SELECT {values} FROM {source} "
+        "ON CONFLICT (queue_id, key) DO NOTHING RETURNING id"
     )
-    return text(sql).columns(*invocations.c)  # rows read back through the columns' types
+    return text(sql).columns(C.id)
 
 
-_INSERT_UNNESTED = _insert_unnested()
+_INSERT = {dialect: _insert_document(dialect) for dialect in ("postgresql", "sqlite")}
 
 
-async def insert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> list[RowMapping]:
-    """Insert ``rows``; a row whose (queue, key) exists is not inserted. Returns, for each
-    row in order, the stored row: the new one, or the one that already held its key."""
+def json_text(value: Any) -> str:
+    """``value`` as compact JSON text (what the store keeps of args and kwargs)."""
+    if not value:  # the common [] and {}
+        return "[]" if isinstance(value, list) else "{}"
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _document(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as the JSON text the insert reads: args and kwargs as JSON text of their
+    own, times as each store keeps them."""
+    times = ("available_at", "created_at")
+    # SQLite keeps times as text of the column type's own format; PostgreSQL reads ISO
+    stamp = (
+        None
+        if _is_pg(conn)
+        else C.created_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+    )
+    out = []
+    for row in rows:
+        item = {name: row[name] for name in SUBMITTED}
+        for name in _JSON_COLUMNS:
+            item[name] = json_text(item[name])
+        if stamp is not None:
+            for name in times:
+                item[name] = stamp(item[name])
+        out.append(item)
+    return orjson.dumps(out).decode()
+
+
+async def insert_many(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]]
+) -> list[dict[str, Any] | RowMapping]:
+    """Insert ``rows`` (each with exactly the :data:`SUBMITTED` columns); a row whose
+    (queue, key) exists is not inserted. Returns, for each row in order, the stored row:
+    the row given, with the columns a submit leaves NULL, or the one that already held
+    its key (read back: only rows whose key was taken cost a read)."""
     if not rows:
         return []
-    # one statement for the new rows (INSERT … RETURNING); a read only for the rows whose
-    # key was taken already
-    if _is_pg(conn) and all(row.keys() == _UNNESTED.keys() for row in rows):
-        columns = {name: [row[name] for row in rows] for name in _UNNESTED}
-        for name in ("args", "kwargs"):
-            columns[name] = [json.dumps(value) for value in columns[name]]
-        inserted = (await conn.execute(_INSERT_UNNESTED, columns)).mappings().all()
-    else:
-        dialect_insert = postgresql.insert if _is_pg(conn) else sqlite.insert
-        stmt = dialect_insert(invocations).on_conflict_do_nothing(
-            index_elements=["queue_id", "key"]
-        )
-        inserted = (await conn.execute(stmt.returning(*invocations.c), list(rows))).mappings().all()
-    by_id = {row["id"]: row for row in inserted}
-    by_key = {(row["queue_id"], row["key"]): row for row in inserted if row["key"] is not None}
+    statement = _INSERT["postgresql" if _is_pg(conn) else "sqlite"]
+    inserted = set((await conn.execute(statement, {"rows": _document(conn, rows)})).scalars())
+    by_key: dict[tuple[str, str], dict[str, Any] | RowMapping] = {}
+    stored: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["id"] in inserted:
+            stored[row["id"]] = full = {**row, **_UNSET}
+            if row["key"] is not None:
+                by_key[(row["queue_id"], row["key"])] = full
     taken = {
         (row["queue_id"], row["key"])
         for row in rows
-        if row["id"] not in by_id and (row["queue_id"], row["key"]) not in by_key
+        if row["id"] not in inserted and (row["queue_id"], row["key"]) not in by_key
     }
     if taken:
         query = select(invocations).where(tuple_(C.queue_id, C.key).in_(sorted(taken)))
-        for row in (await conn.execute(query)).mappings():
-            by_key[(row["queue_id"], row["key"])] = row
+        for found in (await conn.execute(query)).mappings():
+            by_key[(found["queue_id"], found["key"])] = found
     return [
-        by_key[(row["queue_id"], row["key"])] if row["key"] is not None else by_id[row["id"]]
+        stored[row["id"]] if row["id"] in inserted else by_key[(row["queue_id"], row["key"])]
         for row in rows
     ]
 
