@@ -23,6 +23,7 @@ from sqlalchemy import (
     ColumnElement,
     RowMapping,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -63,50 +64,56 @@ def _is_pg(conn: AsyncConnection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-# The columns a submit writes, and their PostgreSQL types. The rest start NULL (worker,
-# lease, outcome, start and end times).
-SUBMITTED = {
+# The columns a submit writes. One submit's rows share a queue (and what goes with it);
+# each has its own of the rest, its PostgreSQL type given here. ``created_at`` is the
+# first row's plus ``us`` microseconds. The other columns start NULL (worker, lease,
+# outcome, start and end times).
+SHARED = ("namespace_id", "queue_id", "queue_name", "state", "attempts", "available_at")
+OWN = {
     "id": "text",
-    "namespace_id": "text",
-    "queue_id": "text",
-    "queue_name": "text",
     "fn": "text",
     "args": "text",  # JSON text, cast to json: kept exactly as written
     "kwargs": "text",
     "priority": "float8",
     "key": "text",
-    "state": "text",
-    "attempts": "int4",
     "max_attempts": "int4",
     "timeout_s": "float8",
-    "available_at": "timestamptz",
-    "created_at": "timestamptz",
 }
-_UNSET = {column.name: None for column in invocations.c if column.name not in SUBMITTED}
+_UNSET = {
+    column.name: None
+    for column in invocations.c
+    if column.name not in (*SHARED, *OWN, "created_at")
+}
 _JSON_COLUMNS = ("args", "kwargs")
+_MICROSECOND = timedelta(microseconds=1)
 
 
-# A batch goes in as one JSON document, an array of rows, in one statement of fixed text
-# that returns only the ids it inserted. A multi-row VALUES list of ~15,000 parameters for
-# 1,000 rows cost more to build and parse than the insert took; one array parameter per
-# column (``unnest``) was dumped element by element by the driver, in Python, and every
-# column read back: the rows are already known here, so only which ones went in is asked.
+# A batch goes in as one JSON document, an array of rows holding only their own columns,
+# in one statement of fixed text that returns only the ids it inserted. A multi-row
+# VALUES list of ~15,000 parameters for 1,000 rows cost more to build and parse than the
+# insert took; one array parameter per column (``unnest``) was dumped element by element
+# by the driver, in Python, and every column read back: the rows are known here already,
+# so only which ones went in is asked.
 def _insert_document(dialect: str) -> TextualSelect:
-    names = ", ".join(f'"{name}"' for name in SUBMITTED)
+    names = ", ".join(f'"{name}"' for name in (*OWN, *SHARED, "created_at"))
+    shared = ", ".join(f":{name}" for name in SHARED)
     if dialect == "postgresql":
-        values = ", ".join(
-            f'u."{name}"::json' if name in _JSON_COLUMNS else f'u."{name}"' for name in SUBMITTED
+        own = ", ".join(
+            f'u."{name}"::json' if name in _JSON_COLUMNS else f'u."{name}"' for name in OWN
         )
-        shape = ", ".join(f'"{name}" {kind}' for name, kind in SUBMITTED.items())
+        created = "CAST(:created_at AS timestamptz) + u.us * interval '1 microsecond'"
+        shape = ", ".join(f'"{name}" {kind}' for name, kind in {**OWN, "us": "int8"}.items())
         source = f"json_to_recordset(CAST(:rows AS json)) AS u({shape})"
     else:  # SQLite: the JSON functions are built in; WHERE true parses the upsert after it
-        values = ", ".join(f"json_extract(value, '$.{name}')" for name in SUBMITTED)
+        own = ", ".join(f"json_extract(value, '$.{name}')" for name in OWN)
+        created = "json_extract(value, '$.created_at')"  # as the column's type writes it
         source = "json_each(:rows) WHERE true"
     sql = (
-        f"INSERT INTO invocations ({names}) SELECT {values} FROM {source} "
+        f"INSERT INTO invocations ({names}) SELECT {own}, {shared}, {created} FROM {source} "
         "ON CONFLICT (queue_id, key) DO NOTHING RETURNING id"
     )
-    return text(sql).columns(C.id)
+    times = [bindparam(name, type_=C[name].type) for name in ("available_at", "created_at")]
+    return text(sql).bindparams(*times[: 2 if dialect == "postgresql" else 1]).columns(C.id)
 
 
 _INSERT = {dialect: _insert_document(dialect) for dialect in ("postgresql", "sqlite")}
@@ -119,39 +126,47 @@ def json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _document(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as the JSON text the insert reads: args and kwargs as JSON text of their
-    own, times as each store keeps them."""
-    times = ("available_at", "created_at")
-    # SQLite keeps times as text of the column type's own format; PostgreSQL reads ISO
+def _parameters(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The statement's parameters: the shared columns, and the rows' own as JSON text
+    (args and kwargs as JSON text of their own)."""
+    first = rows[0]
+    shared = {name: first[name] for name in SHARED}
+    if any(row[name] != value for row in rows for name, value in shared.items()):
+        raise ValueError(f"the rows of one insert share {', '.join(SHARED)}")
+    base = first["created_at"]
+    # SQLite keeps times as text in the column type's own format, row by row
     stamp = (
         None
         if _is_pg(conn)
         else C.created_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
     )
-    out = []
+    items, parameters = [], {**shared, "created_at": base}
     for row in rows:
-        item = {name: row[name] for name in SUBMITTED}
+        item = {name: row[name] for name in OWN}
         for name in _JSON_COLUMNS:
             item[name] = json_text(item[name])
-        if stamp is not None:
-            for name in times:
-                item[name] = stamp(item[name])
-        out.append(item)
-    return orjson.dumps(out).decode()
+        if stamp is None:
+            item["us"] = (row["created_at"] - base) // _MICROSECOND
+        else:
+            item["created_at"] = stamp(row["created_at"])
+        items.append(item)
+    if stamp is not None:
+        del parameters["created_at"]  # in the rows
+    return {**parameters, "rows": orjson.dumps(items).decode()}
 
 
 async def insert_many(
     conn: AsyncConnection, rows: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any] | RowMapping]:
-    """Insert ``rows`` (each with exactly the :data:`SUBMITTED` columns); a row whose
-    (queue, key) exists is not inserted. Returns, for each row in order, the stored row:
+    """Insert ``rows`` (each with the :data:`SHARED` and :data:`OWN` columns and
+    ``created_at``; the shared ones alike in all); a row whose (queue, key) exists is not
+    inserted. Returns, for each row in order, the stored row:
     the row given, with the columns a submit leaves NULL, or the one that already held
     its key (read back: only rows whose key was taken cost a read)."""
     if not rows:
         return []
     statement = _INSERT["postgresql" if _is_pg(conn) else "sqlite"]
-    inserted = set((await conn.execute(statement, {"rows": _document(conn, rows)})).scalars())
+    inserted = set((await conn.execute(statement, _parameters(conn, rows))).scalars())
     by_key: dict[tuple[str, str], dict[str, Any] | RowMapping] = {}
     stored: dict[str, dict[str, Any]] = {}
     for row in rows:
