@@ -206,8 +206,7 @@ async def submit_many(
                 await _check_depth(conn, queue, incoming)
                 if incoming:
                     limiter.admit(queue, incoming, now)
-                stored = await inv_store.insert_many(conn, rows)
-                await wakeups.publish(conn, [queue.id])
+                stored = await inv_store.insert_many(conn, rows)  # publishes the wake-up
             break
         except IntegrityError:  # a racing create of the same queue: retried, not surfaced
             races += 1

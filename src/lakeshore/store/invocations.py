@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines
+from lakeshore.store import wakeups
 from lakeshore.store.isolated import isolated
 from lakeshore.store.tables import invocations, queues, stream_items
 
@@ -112,6 +113,14 @@ def _insert_document(dialect: str) -> TextualSelect:
         f"INSERT INTO invocations ({names}) SELECT {own}, {shared}, {created} FROM {source} "
         "ON CONFLICT (queue_id, key) DO NOTHING RETURNING id"
     )
+    if dialect == "postgresql":
+        # the queue's wake-up, in the same statement (one round trip less a submit): sent
+        # once, when the transaction commits, and only when a row went in
+        sql = (
+            f"WITH inserted AS ({sql}), woken AS (SELECT pg_notify(:channel, :queue_id) "
+            "FROM (SELECT 1 FROM inserted LIMIT 1) AS any_row) "
+            "SELECT id FROM inserted, (SELECT count(*) FROM woken) AS once"
+        )
     times = [bindparam(name, type_=C[name].type) for name in ("available_at", "created_at")]
     return text(sql).bindparams(*times[: 2 if dialect == "postgresql" else 1]).columns(C.id)
 
@@ -150,7 +159,9 @@ def _parameters(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> dict[s
         else:
             item["created_at"] = stamp(row["created_at"])
         items.append(item)
-    if stamp is not None:
+    if stamp is None:
+        parameters["channel"] = wakeups.CHANNEL
+    else:
         del parameters["created_at"]  # in the rows
     return {**parameters, "rows": orjson.dumps(items).decode()}
 
@@ -160,7 +171,8 @@ async def insert_many(
 ) -> list[dict[str, Any] | RowMapping]:
     """Insert ``rows`` (each with the :data:`SHARED` and :data:`OWN` columns and
     ``created_at``; the shared ones alike in all); a row whose (queue, key) exists is not
-    inserted. Returns, for each row in order, the stored row:
+    inserted. When any row goes in, the queue's wake-up is published with it (see
+    :mod:`lakeshore.store.wakeups`). Returns, for each row in order, the stored row:
     the row given, with the columns a submit leaves NULL, or the one that already held
     its key (read back: only rows whose key was taken cost a read)."""
     if not rows:
