@@ -33,6 +33,33 @@ async def test_submitting_to_a_missing_queue_creates_it_as_fifo(api: httpx.Async
     assert (await api.get(f"{NS}/invocations/{created['id']}")).json() == created
 
 
+async def test_a_submits_answer_is_what_a_read_returns(api: httpx.AsyncClient) -> None:
+    # the answer is built from the rows the server wrote, not read back: every field,
+    # integers past 64 bits, 1e23, -0.0, text past ASCII and a whole-number timeout_s
+    # must come out as the store gives them
+    body = {
+        "fn": "tests.udfs:echo",
+        "args": [10**30, 1e23, -0.0, "é ✓ 😀", {"deep": [None, True]}],
+        "kwargs": {"priority": 2.5, "n": -(10**20)},
+        "key": "k-exact",
+        "max_attempts": 5,
+        "timeout_s": 5,
+    }
+    one = await api.post(inv("exact"), json=body)
+    assert one.status_code == 201, one.text
+    batch = await api.post(
+        f"{inv('exact')}/batch", json={"invocations": [{**body, "key": None}, body]}
+    )
+    assert batch.status_code == 201, batch.text
+    assert batch.json()["created"] == [True, False]
+    answers = [one.json(), *batch.json()["invocations"]]
+    assert answers[0] == answers[2]  # the key's earlier invocation
+    for answer in answers:
+        assert (await api.get(f"{NS}/invocations/{answer['id']}")).json() == answer
+        assert answer["timeout_s"] == 5.0 and isinstance(answer["timeout_s"], float)
+        assert answer["args"][0] == 10**30
+
+
 async def test_a_repeated_key_returns_the_first_invocation(api: httpx.AsyncClient) -> None:
     first = await submit(api, key="k-1")
     again = await api.post(inv("work"), json={"fn": "tests.udfs:other", "key": "k-1"})

@@ -60,12 +60,14 @@ async def test_hot_query_indexes_exist(store: Store) -> None:
             lambda c: {i["name"] for i in inspect(c).get_indexes("invocations")}
         )
     assert {
-        "ix_invocations_claimable",
         "ix_invocations_claimable_priority",
-        "ix_invocations_queue_id_state_created_at_id",  # counts by state, filtered lists
+        # counts by state, filtered lists, and the fifo / filo claims (state = 'pending')
+        "ix_invocations_queue_id_state_created_at_id",
         "ix_invocations_queue_id_created_at_id",  # a queue's invocations, newest first
+        "ix_invocations_worker_id",  # rows with a worker only
     } <= indexes
     assert "ix_invocations_queue_id_state" not in indexes  # replaced by the wider one
+    assert "ix_invocations_claimable" not in indexes  # the wider one, for state = 'pending'
 
 
 def test_migrating_twice_is_harmless(database_url: str) -> None:

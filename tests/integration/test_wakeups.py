@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 
+from lakeshore.domain.ids import new_id
+from lakeshore.domain.queue import parse_spec
+from lakeshore.store import invocations as inv_store
+from lakeshore.store import namespaces as ns_store
+from lakeshore.store import queues as queue_store
 from lakeshore.store import wakeups
-from lakeshore.store.engine import Store, create_engine_for, parse_url
+from lakeshore.store.engine import Store, create_engine_for, migrate, parse_url
 
 
 class Heard:
@@ -114,4 +121,62 @@ async def test_publishing_on_sqlite_is_a_no_op(tmp_path: Path) -> None:
             await wakeups.publish(conn, ["q_1"])  # no NOTIFY on SQLite, and no error
             assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
     finally:
+        await store.close()
+
+
+def _submitted(queue_id: str, key: str | None, now: datetime) -> dict[str, Any]:
+    return {
+        "id": new_id("inv"),
+        "namespace_id": "ns_1",
+        "queue_id": queue_id,
+        "queue_name": queue_id,
+        "fn": "pkg:fn",
+        "args": [],
+        "kwargs": {},
+        "priority": 0.0,
+        "key": key,
+        "state": "pending",
+        "attempts": 0,
+        "max_attempts": 3,
+        "timeout_s": None,
+        "available_at": now,
+        "created_at": now,
+    }
+
+
+async def test_a_submit_wakes_its_queue_once_and_a_repeated_key_wakes_nobody(
+    fresh_pg_url: str,
+) -> None:
+    url = parse_url(fresh_pg_url)
+    migrate(url)
+    heard = Heard()
+    connected = asyncio.Event()
+    listener = asyncio.create_task(
+        wakeups.listen(url, heard.deliver, heard.deliver_all, connected=connected)
+    )
+    store = Store(create_engine_for(url))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        await asyncio.wait_for(connected.wait(), timeout=10)
+        async with store.write() as conn:
+            await ns_store.insert_namespace(conn, id="ns_1", name="n", now=now)
+            for name in ("q_a", "q_b"):
+                spec = parse_spec({"name": name.replace("_", "-")})
+                await queue_store.insert_queue(
+                    conn, id=name, namespace_id="ns_1", spec=spec, now=now
+                )
+        async with store.write() as conn:  # three rows, one wake-up
+            await inv_store.insert_many(conn, [_submitted("q_a", None, now) for _ in range(3)])
+        async with store.write() as conn:
+            await inv_store.insert_many(conn, [_submitted("q_b", "k", now)])
+        async with store.write() as conn:  # the key is taken: nothing new to wake for
+            await inv_store.insert_many(conn, [_submitted("q_b", "k", now)])
+        async with store.write() as conn:  # a marker, so the wait has an end
+            await wakeups.publish(conn, ["marker"])
+        await heard.until(3)
+        assert heard.keys == ["q_a", "q_b", "marker"]
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
         await store.close()

@@ -83,6 +83,49 @@ def test_a_refused_submit_names_its_field_under_where(
     assert (caught.value.field, caught.value.message) == (field, message)
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = [1]
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+# bodies the quick look at a submit (every name known, fn an import path) lets through
+# to the full check, which refuses them as it always did
+NEARLY_PLAIN = [
+    ({"fn": "pkg:fn", "timeout_s": float("nan")}, "timeout_s", "NaN and infinite numbers"),
+    ({"fn": "pkg:fn", "key": "a\x00"}, "key", "text may not contain NUL"),
+    ({"fn": "pkg:fn", "kwargs": {"a": {"b\ud800": 1}}}, "kwargs.a.b\\ud800", "lone surrogate"),
+    ({"fn": "pkg:fn\x00"}, "fn", "text may not contain NUL"),
+    ({"fn": "pkg:fn", "extra": "\x00"}, "extra", "text may not contain NUL"),
+    ({"fn": "pkg:fn", "args": _nested(32)}, "args", "nested deeper than 32 levels"),
+    ({"fn": "pkg:fn", "max_attempts": True}, "max_attempts", "valid integer"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "field", "reason"), NEARLY_PLAIN)
+def test_a_nearly_plain_submit_is_refused_by_the_full_check(
+    body: dict[str, Any], field: str, reason: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_submit(body)
+    assert caught.value.field is not None and caught.value.field.startswith(field)
+    assert reason in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"fn": "pkg:fn"},
+        {"fn": "pkg.mod:Cls.fn", "args": [1, "x", None, [2.5]], "kwargs": {"a": {"b": []}}},
+        {"fn": "pkg:fn", "key": "k", "max_attempts": 100, "timeout_s": 5},
+        {"fn": "pkg:fn", "args": [], "kwargs": {}, "key": None, "timeout_s": None},
+    ],
+)
+def test_a_plain_submit_parses_as_the_model_validates_it(body: dict[str, Any]) -> None:
+    assert parse_submit(body) == Submit.model_validate(body)
+
+
 def test_a_refusal_outside_a_batch_names_the_field_alone() -> None:
     with pytest.raises(InvalidInput) as caught:
         parse_submit({"fn": "pkg:fn", "key": ""})

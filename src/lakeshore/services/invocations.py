@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -79,29 +79,35 @@ async def _queue_for_submit(
     return queue
 
 
-def _row(
-    ns: Namespace, queue: Queue, submit: Submit, now: datetime, position: int, where: str
-) -> dict[str, Any]:
+def _rows(
+    ns: Namespace, queue: Queue, submits: Sequence[Submit], now: datetime, places: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The rows to insert, one per submit, in order."""
     field = queue.spec.kind_params.priority_field if queue.spec.kind_params else None
     ordered = queue.spec.kind in PRIORITY_ORDERED
-    return {
-        "id": new_id("inv"),
-        "namespace_id": ns.id,
-        "queue_id": queue.id,
-        "queue_name": queue.name,
-        "fn": submit.fn,
-        "args": submit.args,
-        "kwargs": submit.kwargs,
-        "priority": priority_of(submit.kwargs, field, ordered=ordered, where=where),
-        "key": submit.key,
-        "state": "pending",
-        "attempts": 0,
-        "max_attempts": submit.max_attempts,
-        "timeout_s": submit.timeout_s,
-        "available_at": now,
-        # a microsecond apart, so a batch keeps its order in fifo and filo queues
-        "created_at": now + timedelta(microseconds=position),
-    }
+    rows = []
+    for position, (submit, where) in enumerate(zip(submits, places, strict=True)):
+        rows.append(
+            {
+                "id": new_id("inv"),
+                "namespace_id": ns.id,
+                "queue_id": queue.id,
+                "queue_name": queue.name,
+                "fn": submit.fn,
+                "args": submit.args,
+                "kwargs": submit.kwargs,
+                "priority": priority_of(submit.kwargs, field, ordered=ordered, where=where),
+                "key": submit.key,
+                "state": "pending",
+                "attempts": 0,
+                "max_attempts": submit.max_attempts,
+                "timeout_s": submit.timeout_s,
+                "available_at": now,
+                # a microsecond apart, so a batch keeps its order in fifo and filo queues
+                "created_at": now + timedelta(microseconds=position),
+            }
+        )
+    return rows
 
 
 class _Full(Exception):
@@ -179,6 +185,7 @@ async def submit_many(
     ``caller`` is held to the queue's ``authPolicy.submit`` (403)."""
     if not 1 <= len(bodies) <= MAX_BATCH:
         raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
+    now = now.astimezone(UTC)  # the answers' times read as the store's would
     places = _places(len(bodies))
     submits = [parse_submit(body, where=place) for body, place in zip(bodies, places, strict=True)]
     if max_payload_bytes is not None:
@@ -192,15 +199,14 @@ async def submit_many(
                 if caller is not None:
                     caller.require_access(queue.spec.auth_policy, "submit", queue.name)
                 # before admission: a submit refused for its priority spends no rate
-                rows = [_row(ns, queue, s, now, i, places[i]) for i, s in enumerate(submits)]
+                rows = _rows(ns, queue, submits, now, places)
                 # repeats of a used key are answered, never refused: only new rows are
                 # held to max_depth and paced by rate_limit
                 incoming = await _incoming(conn, queue, submits)
                 await _check_depth(conn, queue, incoming)
                 if incoming:
                     limiter.admit(queue, incoming, now)
-                stored = await inv_store.insert_many(conn, rows)
-                await wakeups.publish(conn, [queue.id])
+                stored = await inv_store.insert_many(conn, rows)  # publishes the wake-up
             break
         except IntegrityError:  # a racing create of the same queue: retried, not surfaced
             races += 1
@@ -219,8 +225,13 @@ async def submit_many(
     return _answers(rows, stored)
 
 
+_EMPTY_PAYLOAD = jsonsafe.encoded_size([[], {}])
+
+
 def _check_sizes(submits: Sequence[Submit], max_payload_bytes: int) -> None:
     for i, s in enumerate(submits):
+        if not s.args and not s.kwargs and max_payload_bytes >= _EMPTY_PAYLOAD:
+            continue  # no arguments: nothing to measure
         where = f"invocations[{i}]" if len(submits) > 1 else "args"
         jsonsafe.require_within(
             [s.args, s.kwargs],

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     ColumnElement,
     RowMapping,
@@ -34,11 +35,11 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines
+from lakeshore.store import wakeups
 from lakeshore.store.isolated import isolated
 from lakeshore.store.tables import invocations, queues, stream_items
 
@@ -65,77 +66,138 @@ def _is_pg(conn: AsyncConnection) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-# A submit's columns and their PostgreSQL types. On PostgreSQL a batch goes in as one
-# array per column (``INSERT … SELECT FROM unnest(…)``): a statement of fixed text, where
-# a multi-row VALUES list of ~15,000 parameters for 1,000 rows cost more to build and
-# parse on the client than the insert took in the database.
-_UNNESTED = {
+# The columns a submit writes. One submit's rows share a queue (and what goes with it);
+# each has its own of the rest, its PostgreSQL type given here. ``created_at`` is the
+# first row's plus ``us`` microseconds. The other columns start NULL (worker, lease,
+# outcome, start and end times).
+SHARED = ("namespace_id", "queue_id", "queue_name", "state", "attempts", "available_at")
+OWN = {
     "id": "text",
-    "namespace_id": "text",
-    "queue_id": "text",
-    "queue_name": "text",
     "fn": "text",
     "args": "text",  # JSON text, cast to json: kept exactly as written
     "kwargs": "text",
     "priority": "float8",
     "key": "text",
-    "state": "text",
-    "attempts": "int4",
     "max_attempts": "int4",
     "timeout_s": "float8",
-    "available_at": "timestamptz",
-    "created_at": "timestamptz",
 }
+_UNSET = {
+    column.name: None
+    for column in invocations.c
+    if column.name not in (*SHARED, *OWN, "created_at")
+}
+_JSON_COLUMNS = ("args", "kwargs")
+_MICROSECOND = timedelta(microseconds=1)
 
 
-def _insert_unnested() -> TextualSelect:
-    names = ", ".join(f'"{name}"' for name in _UNNESTED)
-    values = ", ".join(
-        f'u."{name}"::json' if name in ("args", "kwargs") else f'u."{name}"' for name in _UNNESTED
-    )
-    arrays = ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _UNNESTED.items())
-    returning = ", ".join(f'"{column.name}"' for column in invocations.c)
+# A batch goes in as one JSON document, an array of rows holding only their own columns,
+# in one statement of fixed text that returns only the ids it inserted. A multi-row
+# VALUES list of ~15,000 parameters for 1,000 rows cost more to build and parse than the
+# insert took; one array parameter per column (``unnest``) was dumped element by element
+# by the driver, in Python, and every column read back: the rows are known here already,
+# so only which ones went in is asked.
+def _insert_document(dialect: str) -> TextualSelect:
+    names = ", ".join(f'"{name}"' for name in (*OWN, *SHARED, "created_at"))
+    shared = ", ".join(f":{name}" for name in SHARED)
+    if dialect == "postgresql":
+        own = ", ".join(
+            f'u."{name}"::json' if name in _JSON_COLUMNS else f'u."{name}"' for name in OWN
+        )
+        created = "CAST(:created_at AS timestamptz) + u.us * interval '1 microsecond'"
+        shape = ", ".join(f'"{name}" {kind}' for name, kind in {**OWN, "us": "int8"}.items())
+        source = f"json_to_recordset(CAST(:rows AS json)) AS u({shape})"
+    else:  # SQLite: the JSON functions are built in; WHERE true parses the upsert after it
+        own = ", ".join(f"json_extract(value, '$.{name}')" for name in OWN)
+        created = "json_extract(value, '$.created_at')"  # as the column's type writes it
+        source = "json_each(:rows) WHERE true"
     sql = (
-        f"INSERT INTO invocations ({names}) SELECT {values} FROM unnest({arrays}) AS u({names}) "
-        f"ON CONFLICT (queue_id, key) DO NOTHING RETURNING {returning}"
+        f"INSERT INTO invocations ({names}) SELECT {own}, {shared}, {created} FROM {source} "
+        "ON CONFLICT (queue_id, key) DO NOTHING RETURNING id"
     )
-    return text(sql).columns(*invocations.c)  # rows read back through the columns' types
+    if dialect == "postgresql":
+        # the queue's wake-up, in the same statement (one round trip less a submit): sent
+        # once, when the transaction commits, and only when a row went in
+        sql = (
+            f"WITH inserted AS ({sql}), woken AS (SELECT pg_notify(:channel, :queue_id) "
+            "FROM (SELECT 1 FROM inserted LIMIT 1) AS any_row) "
+            "SELECT id FROM inserted, (SELECT count(*) FROM woken) AS once"
+        )
+    times = [bindparam(name, type_=C[name].type) for name in ("available_at", "created_at")]
+    return text(sql).bindparams(*times[: 2 if dialect == "postgresql" else 1]).columns(C.id)
 
 
-_INSERT_UNNESTED = _insert_unnested()
+_INSERT = {dialect: _insert_document(dialect) for dialect in ("postgresql", "sqlite")}
 
 
-async def insert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> list[RowMapping]:
-    """Insert ``rows``; a row whose (queue, key) exists is not inserted. Returns, for each
-    row in order, the stored row: the new one, or the one that already held its key."""
+def json_text(value: Any) -> str:
+    """``value`` as compact JSON text (what the store keeps of args and kwargs)."""
+    if not value:  # the common [] and {}
+        return "[]" if isinstance(value, list) else "{}"
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _parameters(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The statement's parameters: the shared columns, and the rows' own as JSON text
+    (args and kwargs as JSON text of their own)."""
+    first = rows[0]
+    shared = {name: first[name] for name in SHARED}
+    if any(row[name] != value for row in rows for name, value in shared.items()):
+        raise ValueError(f"the rows of one insert share {', '.join(SHARED)}")
+    base = first["created_at"]
+    # SQLite keeps times as text in the column type's own format, row by row
+    stamp = (
+        None
+        if _is_pg(conn)
+        else C.created_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+    )
+    items, parameters = [], {**shared, "created_at": base}
+    for row in rows:
+        item = {name: row[name] for name in OWN}
+        for name in _JSON_COLUMNS:
+            item[name] = json_text(item[name])
+        if stamp is None:
+            item["us"] = (row["created_at"] - base) // _MICROSECOND
+        else:
+            item["created_at"] = stamp(row["created_at"])
+        items.append(item)
+    if stamp is None:
+        parameters["channel"] = wakeups.CHANNEL
+    else:
+        del parameters["created_at"]  # in the rows
+    return {**parameters, "rows": orjson.dumps(items).decode()}
+
+
+async def insert_many(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]]
+) -> list[dict[str, Any] | RowMapping]:
+    """Insert ``rows`` (each with the :data:`SHARED` and :data:`OWN` columns and
+    ``created_at``; the shared ones alike in all); a row whose (queue, key) exists is not
+    inserted. When any row goes in, the queue's wake-up is published with it (see
+    :mod:`lakeshore.store.wakeups`). Returns, for each row in order, the stored row:
+    the row given, with the columns a submit leaves NULL, or the one that already held
+    its key (read back: only rows whose key was taken cost a read)."""
     if not rows:
         return []
-    # one statement for the new rows (INSERT … RETURNING); a read only for the rows whose
-    # key was taken already
-    if _is_pg(conn) and all(row.keys() == _UNNESTED.keys() for row in rows):
-        columns = {name: [row[name] for row in rows] for name in _UNNESTED}
-        for name in ("args", "kwargs"):
-            columns[name] = [json.dumps(value) for value in columns[name]]
-        inserted = (await conn.execute(_INSERT_UNNESTED, columns)).mappings().all()
-    else:
-        dialect_insert = postgresql.insert if _is_pg(conn) else sqlite.insert
-        stmt = dialect_insert(invocations).on_conflict_do_nothing(
-            index_elements=["queue_id", "key"]
-        )
-        inserted = (await conn.execute(stmt.returning(*invocations.c), list(rows))).mappings().all()
-    by_id = {row["id"]: row for row in inserted}
-    by_key = {(row["queue_id"], row["key"]): row for row in inserted if row["key"] is not None}
+    statement = _INSERT["postgresql" if _is_pg(conn) else "sqlite"]
+    inserted = set((await conn.execute(statement, _parameters(conn, rows))).scalars())
+    by_key: dict[tuple[str, str], dict[str, Any] | RowMapping] = {}
+    stored: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["id"] in inserted:
+            stored[row["id"]] = full = {**row, **_UNSET}
+            if row["key"] is not None:
+                by_key[(row["queue_id"], row["key"])] = full
     taken = {
         (row["queue_id"], row["key"])
         for row in rows
-        if row["id"] not in by_id and (row["queue_id"], row["key"]) not in by_key
+        if row["id"] not in inserted and (row["queue_id"], row["key"]) not in by_key
     }
     if taken:
         query = select(invocations).where(tuple_(C.queue_id, C.key).in_(sorted(taken)))
-        for row in (await conn.execute(query)).mappings():
-            by_key[(row["queue_id"], row["key"])] = row
+        for found in (await conn.execute(query)).mappings():
+            by_key[(found["queue_id"], found["key"])] = found
     return [
-        by_key[(row["queue_id"], row["key"])] if row["key"] is not None else by_id[row["id"]]
+        stored[row["id"]] if row["id"] in inserted else by_key[(row["queue_id"], row["key"])]
         for row in rows
     ]
 

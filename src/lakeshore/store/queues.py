@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain.queue import Queue, QueueSpec
@@ -32,16 +32,23 @@ async def insert_queue(
     )
 
 
+# built once: a submit reads its queue every time, and building the statement cost more
+# than running it
+_BY_NAME = select(queues).where(
+    queues.c.namespace_id == bindparam("namespace_id"), queues.c.name == bindparam("name")
+)
+_BY_NAME_LOCKED = _BY_NAME.with_for_update()
+
+
 async def get_queue(
     conn: AsyncConnection, namespace_id: str, name: str, *, lock: bool = False
 ) -> Queue | None:
     """The queue by name. ``lock`` (PostgreSQL) holds its row until the transaction ends:
     submits to one queue then take turns, so a depth check and the insert it admits are
     not interleaved with another submit's, nor with a state change (draining)."""
-    query = select(queues).where(queues.c.namespace_id == namespace_id, queues.c.name == name)
-    if lock and conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    row = (await conn.execute(query)).mappings().first()
+    query = _BY_NAME_LOCKED if lock and conn.dialect.name == "postgresql" else _BY_NAME
+    found = await conn.execute(query, {"namespace_id": namespace_id, "name": name})
+    row = found.mappings().first()
     return queue_from_row(row) if row else None
 
 
@@ -96,8 +103,10 @@ async def invocation_counts(conn: AsyncConnection, queue_id: str) -> dict[str, i
     return {state: count for state, count in (await conn.execute(query)).all()}
 
 
+_PENDING = select(func.count()).where(
+    invocations.c.queue_id == bindparam("queue_id"), invocations.c.state == "pending"
+)
+
+
 async def pending_count(conn: AsyncConnection, queue_id: str) -> int:
-    query = select(func.count()).where(
-        invocations.c.queue_id == queue_id, invocations.c.state == "pending"
-    )
-    return int((await conn.execute(query)).scalar_one())
+    return int((await conn.execute(_PENDING, {"queue_id": queue_id})).scalar_one())

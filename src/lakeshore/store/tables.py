@@ -170,19 +170,11 @@ invocations = Table(
     Column("finished_at", UTCDateTime(), nullable=True),
     # idempotency: a key is unique per namespace + queue (a queue id implies both)
     UniqueConstraint("queue_id", "key"),
-    # per-state counts for stats, and a queue's invocations of some states, newest first
+    # per-state counts for stats, a queue's invocations of some states, newest first, and
+    # the next claimable invocation per queue (fifo / filo: state = 'pending', in order)
     Index(None, "queue_id", "state", "created_at", "id"),
     # a queue's invocations, newest first, a page at a time (by keyset)
     Index(None, "queue_id", "created_at", "id"),
-    # next claimable invocation per queue (fifo / filo): only pending rows are indexed
-    Index(
-        "ix_invocations_claimable",
-        "queue_id",
-        "created_at",
-        "id",
-        sqlite_where=text("state = 'pending'"),
-        postgresql_where=text("state = 'pending'"),
-    ),
     # the reaper's sweep for expired leases
     Index(
         "ix_invocations_leases",
@@ -190,7 +182,13 @@ invocations = Table(
         sqlite_where=text("state = 'running'"),
         postgresql_where=text("state = 'running'"),
     ),
-    Index(None, "worker_id"),
+    # a worker's invocations: rows without a worker (every submit's) are not indexed
+    Index(
+        "ix_invocations_worker_id",
+        "worker_id",
+        sqlite_where=text("worker_id IS NOT NULL"),
+        postgresql_where=text("worker_id IS NOT NULL"),
+    ),
 )
 
 # next claimable invocation per queue (priority, boltzmann): highest priority, then oldest
