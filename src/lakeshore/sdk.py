@@ -166,7 +166,7 @@ class Client:
         arguments; ``kwargs_list``, when given, the keyword arguments, item by item), in
         order, 1,000 to a request. Each request's batch is stored whole or not at all; the
         handles come back in the calls' order."""
-        path = self._path("queues", queue, "invocations", "batch")
+        path = self._path("queues", queue, "invocations", "batch") + "?answer=ids"
         handles: list[Handle[Any]] = []
         batch: list[dict[str, Any]] = []
 

@@ -96,6 +96,25 @@ async def test_a_batch_keeps_its_order_and_reports_what_was_new(api: httpx.Async
     assert body["invocations"][5]["id"] == old["id"]
 
 
+async def test_a_batch_answers_only_ids_when_asked(api: httpx.AsyncClient) -> None:
+    old = await submit(api, key="seen-ids")
+    items = [{"fn": "m:f", "args": [i]} for i in range(3)] + [{"fn": "m:f", "key": "seen-ids"}]
+    response = await api.post(f"{inv('work')}/batch?answer=ids", json={"invocations": items})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert [set(i) for i in body["invocations"]] == [{"id"}] * 4
+    assert body["invocations"][3]["id"] == old["id"]
+    assert body["created"] == [True, True, True, False]
+    stored = [
+        (await api.get(f"/v1/namespaces/default/invocations/{i['id']}")).json()
+        for i in body["invocations"][:3]
+    ]
+    assert [s["args"] for s in stored] == [[0], [1], [2]]
+    wrong = await api.post(f"{inv('work')}/batch?answer=all", json={"invocations": items})
+    assert wrong.status_code == 422
+    assert "answer" in wrong.text
+
+
 async def test_a_key_twice_in_one_batch_is_one_invocation_created_once(
     api: httpx.AsyncClient,
 ) -> None:

@@ -84,6 +84,15 @@ async def submit_batch(
     caller: Caller,
     body: Annotated[Any, Body()],
     wait_s: WaitS = 10.0,
+    answer: Annotated[
+        Literal["invocations", "ids"],
+        Query(
+            description=(
+                "`invocations` (the default): each invocation whole; `ids`: each only as "
+                '`{"id": …}`, a tenth of the answer when the caller needs only the ids'
+            )
+        ),
+    ] = "invocations",
 ) -> Response:
     items = body.get("invocations") if isinstance(body, dict) else None
     if not isinstance(items, list):
@@ -103,13 +112,11 @@ async def submit_batch(
     made = sum(1 for _, created in results if created)
     if made:
         state.metrics.submitted.labels(ns.name, name).inc(made)
-    return _json(
-        {
-            "invocations": [invocation for invocation, _ in results],
-            "created": [created for _, created in results],
-        },
-        201,
-    )
+    invocations = [
+        invocation if answer == "invocations" else {"id": invocation["id"]}
+        for invocation, _ in results
+    ]
+    return _json({"invocations": invocations, "created": [c for _, c in results]}, 201)
 
 
 @router.get("/queues/{name}/invocations", summary="List a queue's invocations, newest first")
