@@ -4,7 +4,7 @@ For SQLite and PostgreSQL (a fresh database each), against ``create_app`` throug
 httpx's ASGI transport (the client's own cost included, the sockets' not):
 
 1. single submit: ``--single`` sequential ``POST …/invocations``;
-2. batch submit: ``--batches`` requests of 1,000;
+2. batch submit: ``--batches`` requests of 1,000, answered with ids (as the SDK asks);
 3. a busy daemon's cycle: ``POST /v1/workers/{id}/results`` with 250 outcomes and
    ``claim: 250``, until ``--jobs`` invocations are done;
 4. wake-up: a waiting long-poll claim answered after a submit, ``--wakes`` times: from
@@ -139,7 +139,7 @@ async def measure(backend: str, opts: argparse.Namespace) -> None:
             ok(await c.post(f"{NS}/queues/batch/invocations/batch", json=batch), 201)
 
             async def thousand() -> int:
-                ok(await c.post(f"{NS}/queues/batch/invocations/batch", json=batch), 201)
+                ok(await c.post(f"{NS}/queues/batch/invocations/batch?answer=ids", json=batch), 201)
                 return 1000
 
             await timed(
