@@ -22,6 +22,7 @@ import importlib.machinery
 import importlib.util
 import json
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -109,13 +110,17 @@ class Run:
         return self.wait()
 
     async def run(self) -> Outcome:
-        """Start and wait on the running event loop: the child's reader thread hands
-        each message to the loop, so no thread waits for the invocation (the daemon's
-        way; ``kill`` still works from any thread)."""
+        """Start and wait on the running event loop: a pool that reads its children on
+        this loop (the daemon's) hands each message straight to the waiter, so no thread
+        takes part in the invocation (``kill`` still works from any thread)."""
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        here = threading.get_ident()
 
         def post(message: tuple[Any, ...]) -> None:
+            if threading.get_ident() == here:  # the pool reads its children on this loop
+                inbox.put_nowait(message)
+                return
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(inbox.put_nowait, message)
 
