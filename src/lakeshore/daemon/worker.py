@@ -99,7 +99,8 @@ class Daemon:
         if self.config.runner == daemon_runners.THREAD:
             self.threads = Threads(self.config.pool.preload)
         else:
-            self.pool = Pool(self.config.pool, self.sentinel)
+            loop = asyncio.get_running_loop()  # the children are read on the daemon's loop
+            self.pool = Pool(self.config.pool, self.sentinel, loop=loop)
         try:
             return await self._serve()
         finally:
@@ -141,6 +142,8 @@ class Daemon:
         )
         reports = asyncio.create_task(self.reporter.run(), name="reporter")
         try:
+            if self.pool is not None:  # children start up while the first claim is out
+                self.pool.warm(_warm_children(self.config.capacity, self.config.pool))
             await self._claim_loop()
             await self._drain()
             if not self.retired and not self.orphaned:
@@ -450,6 +453,12 @@ async def _cancelled(task: asyncio.Task[None], *, every_s: float = 1.0) -> None:
 
 _RECORDED = ("succeeded", "pending", "failed")  # what a report's recorded outcome can be
 _STOP = "stop"  # a claim that gave way to a stop signal, or a server long gone
+
+
+def _warm_children(capacity: int, pool: PoolConfig) -> int:
+    """Children started ahead of work: one per slot, or as few as hold ``capacity``
+    ``async def`` invocations when a child may run several."""
+    return -(-capacity // max(1, pool.async_concurrency))
 
 
 def _burst_wait(look: dict[str, Any] | None, longest_s: float) -> float | None:
