@@ -176,9 +176,7 @@ class Child:
         for stream in (sys.stdout, sys.stderr):  # what the UDF printed, to the daemon's log
             with contextlib.suppress(Exception):
                 stream.flush()
-        (self.send_soon if soon else self.send)(
-            "done", tid, reply[0], reply[1], linux.rss_bytes()
-        )
+        (self.send_soon if soon else self.send)("done", tid, reply[0], reply[1], linux.rss_bytes())
 
     def _set_up(self, tid: str, target: Any) -> Reply | None:
         """Run the target's set-up hook unless it ran here already; an error reply if it

@@ -14,7 +14,7 @@ its resident memory above ``max_memory_mb`` — Celery's ``max_tasks_per_child``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,7 +28,7 @@ class ChildView:
 
     running: int  # invocations it runs now
     all_async: bool  # every one of them is async (vacuously true when idle)
-    seen: frozenset[str]  # functions it has run
+    seen: Set[str]  # functions it has run (the child's own set: read, never changed)
     retiring: bool = False
 
 

@@ -61,11 +61,12 @@ class Ticket:
     child: ChildProcess
     kind: placement.Kind | None = None
     warm: bool = False  # its child has run ``fn`` before: it sends no ``begin`` for it
-    messages: queue.Queue[tuple[Any, ...]] = field(default_factory=queue.Queue)
     post: Callable[[tuple[Any, ...]], None] | None = None  # called on the pool's loop
+    messages: queue.Queue[tuple[Any, ...]] = field(init=False)  # without a ``post``
 
     def __post_init__(self) -> None:
         if self.post is None:
+            self.messages = queue.Queue()
             self.post = self.messages.put
 
     def tell(self, message: tuple[Any, ...]) -> None:
@@ -97,7 +98,7 @@ class ChildProcess:
         return placement.ChildView(
             running=len(self.tickets),
             all_async=all(t.kind == "async" for t in tickets),
-            seen=frozenset(self.seen),
+            seen=self.seen,
             retiring=self.retiring,
         )
 
