@@ -9,7 +9,8 @@ subreaper) so it can reap them. It takes the daemon's ``sys.path`` and imports t
 for the next invocation: that is the warm state.
 
 On the connection (pickled tuples) it receives ``("run", id, fn, args, kwargs,
-timeout_s)``, ``("cancel", id)`` and ``("exit",)``. It sends ``("begin", id)`` as it takes
+timeout_s)``, ``("cancel", id)`` and ``("exit",)``. It sends ``("ready", None)`` once it
+has started up, ``("begin", id)`` as it takes
 an invocation up (its ``timeout_s`` runs from there), ``("pause", id)`` / ``("resume",
 id)`` around set-up (preloads, a module's first import, a ``@udf(setup=...)`` hook: the
 child warming up, not counted in ``timeout_s``), ``("kind", id, "plain" | "async")`` once
@@ -356,6 +357,7 @@ def main(argv: list[str]) -> None:
         os._exit(0)
     init = message[1]
     sys.path[:] = init["path"]  # import UDFs as the daemon would
+    conn.send(("ready", None))  # started up: the daemon may claim work for it
     try:
         Child(conn, init["preload"]).serve()
     finally:

@@ -83,6 +83,7 @@ class ChildProcess:
     invocations: int = 0
     rss: int = 0
     retiring: bool = False
+    ready: bool = False  # it said it has started up
     killed_for: str | None = None  # why the pool killed it, for the invocations it ran
     exitcode: int | None = None
     frames: wire.Frames = field(default_factory=wire.Frames)
@@ -94,13 +95,9 @@ class ChildProcess:
         return self.process.pid
 
     def view(self) -> placement.ChildView:
-        tickets = self.tickets.values()
-        return placement.ChildView(
-            running=len(self.tickets),
-            all_async=all(t.kind == "async" for t in tickets),
-            seen=self.seen,
-            retiring=self.retiring,
-        )
+        tickets = self.tickets
+        all_async = not tickets or all(t.kind == "async" for t in tickets.values())
+        return placement.ChildView(len(tickets), all_async, self.seen, self.retiring)
 
     def send(self, *message: Any) -> None:
         """Send, or nothing if it is gone (its burial tells its invocations)."""
@@ -131,6 +128,7 @@ class Pool:
         self._loop_thread: threading.Thread | None = None  # the pool's own loop, if any
         self._starter: _Starter | None = None
         self._warm = 0  # children kept started ahead of work
+        self._ready_waiters: list[asyncio.Future[None]] = []
         self.started = 0  # children started, over the pool's life
         self.closed = False
 
@@ -177,6 +175,26 @@ class Pool:
         with self._lock:
             self._warm = count
             self._fill()
+
+    async def warmed(self, within_s: float) -> bool:
+        """Wait, on the pool's loop, until every live child has started up (up to
+        ``within_s``); whether they all have."""
+        loop = asyncio.get_running_loop()
+        if self._all_ready():
+            return True
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._ready_waiters.append(waiter)
+        try:
+            async with asyncio.timeout(within_s):
+                await waiter
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._ready_waiters.remove(waiter)
+
+    def _all_ready(self) -> bool:
+        return all(child.ready for child in list(self._children) if not child.retiring)
 
     def cancel(self, ticket: Ticket) -> None:
         """Ask the child to cancel an async invocation (it answers ``done``/cancelled)."""
@@ -314,6 +332,13 @@ class Pool:
 
     def _take(self, child: ChildProcess, message: tuple[Any, ...]) -> None:
         kind, tid = message[0], message[1]
+        if kind == "ready":
+            child.ready = True
+            if self._ready_waiters and self._all_ready():
+                for waiter in self._ready_waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            return
         ticket = child.tickets.get(tid)
         if ticket is None:
             return
