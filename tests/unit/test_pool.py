@@ -305,3 +305,30 @@ def test_an_async_udf_that_blocks_its_loop_past_its_timeout_has_its_child_killed
     assert (blocked.ok, blocked.error["type"]) == (False, "TimeoutError")
     assert (other.ok, other.retry, other.error["type"]) == (False, True, "WorkerCrash")
     assert "did not give way" in other.error["message"]
+
+
+# --- waited for on the event loop ---------------------------------------------------------
+
+
+async def test_an_invocation_waited_for_on_the_loop_times_out_and_the_next_gets_a_new_child() -> (
+    None
+):
+    pool = Pool(loop=asyncio.get_running_loop())
+    try:
+        outcome = await runner.Run("tests.udfs:sleep", [60], {}, 0.5, pool=pool).run()
+        assert outcome.error["type"] == "TimeoutError"
+        after = await runner.Run("tests.udfs_pool:pid", [], {}, 30.0, pool=pool).run()
+        assert after.ok and pool.started == 2
+    finally:
+        await asyncio.to_thread(pool.close)
+
+
+async def test_an_invocation_on_the_loop_is_stopped_by_a_kill_from_another_thread() -> None:
+    pool = Pool(loop=asyncio.get_running_loop())
+    try:
+        run_ = runner.Run("tests.udfs:sleep", [60], {}, None, pool=pool)
+        outcome = run_.begin()
+        await asyncio.to_thread(run_.kill)
+        assert (await outcome).error["type"] == "Stopped"
+    finally:
+        await asyncio.to_thread(pool.close)

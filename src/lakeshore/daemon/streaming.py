@@ -30,7 +30,7 @@ class ItemSender:
         self.sent = 0
         self.error: dict[str, Any] | None = None
         self._lost = False
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue: asyncio.Queue[Any] | None = None
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
         # started by the first item: most invocations stream nothing
@@ -44,14 +44,17 @@ class ItemSender:
             self._loop.call_soon_threadsafe(self._put, item)
 
     def _put(self, item: Any) -> None:
-        if self._task is None:
-            self._task = self._loop.create_task(self._send_all(), name=f"stream {self.path}")
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._task = self._loop.create_task(
+                self._send_all(self._queue), name=f"stream {self.path}"
+            )
         self._queue.put_nowait(item)
 
     async def close(self) -> None:
         """Send what is queued, then stop."""
-        if self._task is None:  # (items put from a thread came before its end did)
-            return
+        if self._queue is None or self._task is None:  # nothing was put: nothing to send
+            return  # (items put from a thread come before its end is seen on the loop)
         self._queue.put_nowait(_END)
         await self._task
 
@@ -59,12 +62,12 @@ class ItemSender:
         if self._task is not None:
             self._task.cancel()
 
-    async def _send_all(self) -> None:
+    async def _send_all(self, queue: asyncio.Queue[Any]) -> None:
         done = False
         while not done:
-            batch = [await self._queue.get()]
-            while not self._queue.empty() and len(batch) < MAX_ITEMS_PER_POST:
-                batch.append(self._queue.get_nowait())
+            batch = [await queue.get()]
+            while not queue.empty() and len(batch) < MAX_ITEMS_PER_POST:
+                batch.append(queue.get_nowait())
             if batch[-1] is _END:
                 batch.pop()
                 done = True

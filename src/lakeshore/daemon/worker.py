@@ -418,7 +418,7 @@ class Daemon:
             running = asyncio.get_running_loop().run_in_executor(self.executor, run)
         else:  # waited for on this loop: no thread per invocation
             run = runner.Run(*call, invocation["timeout_s"], items.put, self.pool)
-            running = asyncio.ensure_future(run.run())
+            running = run.begin()
         try:
             outcome = await asyncio.shield(running)
             await items.close()
