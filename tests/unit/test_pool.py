@@ -332,3 +332,16 @@ async def test_an_invocation_on_the_loop_is_stopped_by_a_kill_from_another_threa
         assert (await outcome).error["type"] == "Stopped"
     finally:
         await asyncio.to_thread(pool.close)
+
+
+def test_close_reaps_every_child_even_when_the_loop_that_reads_them_has_stopped() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        pool = Pool(loop=loop)
+        pool.warm(2)  # started from this thread: the loop, not running, never reads them
+        children = [child.process for child in pool._children]
+        pool.close(within_s=0.5)
+        assert all(process.returncode is not None for process in children)
+        assert pool.children == []
+    finally:
+        loop.close()

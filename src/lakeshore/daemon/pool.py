@@ -84,6 +84,7 @@ class ChildProcess:
     rss: int = 0
     retiring: bool = False
     ready: bool = False  # it said it has started up
+    buried: bool = False  # reaped (under ``reap_lock``)
     killed_for: str | None = None  # why the pool killed it, for the invocations it ran
     exitcode: int | None = None
     frames: wire.Frames = field(default_factory=wire.Frames)
@@ -225,6 +226,10 @@ class Pool:
             self.kill(child, "the daemon stopped")
         with self._buried:
             self._buried.wait_for(lambda: not self._children, within_s)
+            left = list(self._children)
+        if left and self._loop is not None and not self._loop.is_running():
+            for child in left:  # killed, and nothing reads it to its end now: reap it here
+                self._bury(child, self._loop)
         if self._starter is not None:
             self._starter.stop()
         if self._loop_thread is not None and self._loop is not None:
@@ -378,6 +383,9 @@ class Pool:
         members handed to this process; tell its invocations (on the loop), and start its
         replacement if the pool is kept warm."""
         with child.reap_lock:
+            if child.buried:  # by close(), or by the loop's burial meanwhile
+                return
+            child.buried = True
             kill_group(child.pid)
             child.exitcode = child.process.wait()
         _reap_group(child.pid)
