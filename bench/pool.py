@@ -6,20 +6,25 @@ under ``lakeshore daemon run``:
 1. a new pool child (``python -m lakeshore.daemon.child``, exec'd) until it has run one
    no-op invocation, ``--starts`` times;
 2. ``--invocations`` no-op invocations one after another through one warm child;
-3. for comparison, a child started by each of multiprocessing's start methods (``fork``,
+3. ``--invocations`` no-op invocations through ``--children`` warm children at once, read
+   on an event loop as the daemon does, with the CPU each side spends per invocation
+   (this process, and the children's own from ``/proc``);
+4. for comparison, a child started by each of multiprocessing's start methods (``fork``,
    ``forkserver``, ``spawn``) running one no-op: ``fork`` is also what the daemon did per
    invocation before the pool.
 
 Usage (from the repository root)::
 
-    .venv/bin/python bench/pool.py [--invocations 1000] [--starts 20]
+    .venv/bin/python bench/pool.py [--invocations 1000] [--starts 20] [--children 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import os
+import resource
 import statistics
 import sys
 import time
@@ -61,6 +66,45 @@ def through_one_child(invocations: int) -> float:
         pool.close()
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU of live processes, from ``/proc`` (they are not reaped yet)."""
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def through_warm_children(invocations: int, children: int) -> tuple[float, float, float]:
+    """Seconds, and CPU per invocation of this process and of the children (ms)."""
+    pool = Pool(loop=asyncio.get_running_loop())
+    pool.warm(children)
+    assert await pool.warmed(60.0)
+    slots = asyncio.Semaphore(children)
+
+    async def one() -> None:
+        async with slots:
+            assert (await runner.Run(NOOP, [], {}, 30, pool=pool).run()).ok
+
+    try:
+        await asyncio.gather(*(one() for _ in range(children)))  # each child has run it
+        pids = pool.children
+        children_before = _cpu_s(pids)
+        ours_before = resource.getrusage(resource.RUSAGE_SELF)
+        began = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(invocations)))
+        elapsed = time.perf_counter() - began
+        ours_after = resource.getrusage(resource.RUSAGE_SELF)
+        ours = (ours_after.ru_utime + ours_after.ru_stime) - (
+            ours_before.ru_utime + ours_before.ru_stime
+        )
+        theirs = _cpu_s(pids) - children_before
+    finally:
+        await asyncio.to_thread(pool.close)
+    return elapsed, ours * 1000 / invocations, theirs * 1000 / invocations
+
+
 def multiprocessing_start(method: str, starts: int) -> list[float]:
     context = multiprocessing.get_context(method)
     times = []
@@ -81,6 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--invocations", type=int, default=1000)
     parser.add_argument("--starts", type=int, default=20)
+    parser.add_argument("--children", type=int, default=8)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {os.getloadavg()}")
     starts = child_start(args.starts)
@@ -90,6 +135,12 @@ def main() -> None:
     print(
         f"{args.invocations} no-ops through one warm child: {total:.2f} s, "
         f"{_ms(each)} each, {args.invocations / total:.0f}/s"
+    )
+    total, ours, theirs = asyncio.run(through_warm_children(args.invocations, args.children))
+    print(
+        f"{args.invocations} no-ops through {args.children} warm children on an event loop: "
+        f"{args.invocations / total:.0f}/s, CPU per invocation {ours:.3f} ms in the daemon "
+        f"+ {theirs:.3f} ms in the children"
     )
     for method in ("fork", "forkserver", "spawn"):
         times = multiprocessing_start(method, args.starts)

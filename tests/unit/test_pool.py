@@ -3,6 +3,9 @@ crashes, times out or is recycled; set-up hooks once per child; ``async def`` UD
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lakeshore.daemon import runner
+from lakeshore.daemon import runner, worker
 from lakeshore.daemon.pool import Pool, PoolConfig
 from tests.unit.test_runner import _gone_soon, _pids
 
@@ -175,6 +178,50 @@ def test_a_stopped_invocation_takes_its_child_and_the_next_gets_a_new_one(pool: 
     assert run(pool, "pid").ok and pool.started == 2
 
 
+# --- a warm pool ------------------------------------------------------------------------
+
+
+def test_a_warm_pool_starts_its_children_before_any_work_and_uses_them() -> None:
+    pool = Pool()
+    try:
+        pool.warm(2)
+        assert pool.started == 2 and len(pool.children) == 2
+        pids = {run(pool, "pid").result for _ in range(3)}
+        assert pids <= set(pool.children) and pool.started == 2
+    finally:
+        pool.close()
+
+
+def test_a_warm_child_that_dies_is_replaced_ahead_of_the_next_invocation() -> None:
+    pool = Pool()
+    try:
+        pool.warm(2)
+        first = pool.children
+        os.kill(first[0], signal.SIGKILL)
+        wait_until(lambda: first[0] not in pool.children and len(pool.children) == 2, "a new child")
+        assert pool.started == 3
+        assert run(pool, "pid").ok and pool.started == 3
+    finally:
+        pool.close()
+
+
+async def test_warmed_waits_until_every_child_has_started_up() -> None:
+    pool = Pool(loop=asyncio.get_running_loop())
+    try:
+        pool.warm(2)
+        assert await pool.warmed(60.0)
+        outcome = await runner.Run("tests.udfs_pool:pid", [], {}, 30.0, pool=pool).run()
+        assert outcome.result in pool.children and pool.started == 2
+    finally:
+        await asyncio.to_thread(pool.close)
+
+
+def test_a_daemon_warms_one_child_per_slot_or_as_few_as_hold_its_async_capacity() -> None:
+    assert worker._warm_children(8, PoolConfig()) == 8
+    assert worker._warm_children(64, PoolConfig(async_concurrency=16)) == 4
+    assert worker._warm_children(5, PoolConfig(async_concurrency=2)) == 3
+
+
 # --- async def ---------------------------------------------------------------------------
 
 
@@ -258,3 +305,43 @@ def test_an_async_udf_that_blocks_its_loop_past_its_timeout_has_its_child_killed
     assert (blocked.ok, blocked.error["type"]) == (False, "TimeoutError")
     assert (other.ok, other.retry, other.error["type"]) == (False, True, "WorkerCrash")
     assert "did not give way" in other.error["message"]
+
+
+# --- waited for on the event loop ---------------------------------------------------------
+
+
+async def test_an_invocation_waited_for_on_the_loop_times_out_and_the_next_gets_a_new_child() -> (
+    None
+):
+    pool = Pool(loop=asyncio.get_running_loop())
+    try:
+        outcome = await runner.Run("tests.udfs:sleep", [60], {}, 0.5, pool=pool).run()
+        assert outcome.error["type"] == "TimeoutError"
+        after = await runner.Run("tests.udfs_pool:pid", [], {}, 30.0, pool=pool).run()
+        assert after.ok and pool.started == 2
+    finally:
+        await asyncio.to_thread(pool.close)
+
+
+async def test_an_invocation_on_the_loop_is_stopped_by_a_kill_from_another_thread() -> None:
+    pool = Pool(loop=asyncio.get_running_loop())
+    try:
+        run_ = runner.Run("tests.udfs:sleep", [60], {}, None, pool=pool)
+        outcome = run_.begin()
+        await asyncio.to_thread(run_.kill)
+        assert (await outcome).error["type"] == "Stopped"
+    finally:
+        await asyncio.to_thread(pool.close)
+
+
+def test_close_reaps_every_child_even_when_the_loop_that_reads_them_has_stopped() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        pool = Pool(loop=loop)
+        pool.warm(2)  # started from this thread: the loop, not running, never reads them
+        children = [child.process for child in pool._children]
+        pool.close(within_s=0.5)
+        assert all(process.returncode is not None for process in children)
+        assert pool.children == []
+    finally:
+        loop.close()

@@ -80,6 +80,12 @@ def name_of(hook: Callable[[], Any]) -> str:
     return f"{getattr(hook, '__module__', '?')}:{getattr(hook, '__qualname__', repr(hook))}"
 
 
+def is_coroutine(value: Any) -> bool:
+    """What ``asyncio.iscoroutine`` says, without importing asyncio in a child that
+    runs no coroutine."""
+    return isinstance(value, Coroutine)
+
+
 def is_async(target: Any) -> bool:
     """An ``async def`` function or async generator function (through ``@udf``)."""
     func = inspect.unwrap(target)

@@ -9,7 +9,8 @@ subreaper) so it can reap them. It takes the daemon's ``sys.path`` and imports t
 for the next invocation: that is the warm state.
 
 On the connection (pickled tuples) it receives ``("run", id, fn, args, kwargs,
-timeout_s)``, ``("cancel", id)`` and ``("exit",)``. It sends ``("begin", id)`` as it takes
+timeout_s)``, ``("cancel", id)`` and ``("exit",)``. It sends ``("ready", None)`` once it
+has started up, ``("begin", id)`` as it takes
 an invocation up (its ``timeout_s`` runs from there), ``("pause", id)`` / ``("resume",
 id)`` around set-up (preloads, a module's first import, a ``@udf(setup=...)`` hook: the
 child warming up, not counted in ``timeout_s``), ``("kind", id, "plain" | "async")`` once
@@ -26,52 +27,108 @@ idle, what its UDFs left running in its group is killed and reaped.
 
 from __future__ import annotations
 
-import asyncio
+import collections
 import contextlib
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lakeshore import processes
-from lakeshore.daemon import calls, linux
+from lakeshore.daemon import calls, linux, wire
+
+if TYPE_CHECKING:
+    import asyncio
 
 Reply = calls.Reply
 
 
+class Channel:
+    """The child's end of its socket to the daemon (read and written as a plain fd)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.frames = wire.Frames()
+        self.inbox: collections.deque[tuple[Any, ...]] = collections.deque()
+        self.outbox: list[tuple[Any, ...]] = []
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self._write(wire.pack(message))
+
+    def later(self, message: tuple[Any, ...]) -> bool:
+        """Keep a message for :meth:`flush`; whether it is the first kept."""
+        self.outbox.append(message)
+        return len(self.outbox) == 1
+
+    def flush(self) -> None:
+        if self.outbox:
+            data, self.outbox = wire.pack_all(self.outbox), []
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+    def receive(self) -> tuple[Any, ...] | None:
+        """The next message, waiting for it; None once the daemon is gone."""
+        while not self.inbox:
+            if not self.read():
+                return None
+        return self.inbox.popleft()
+
+    def read(self) -> bool:
+        """One read (it waits only if nothing has come); False at the end."""
+        try:
+            data = os.read(self.fd, wire.READ_SIZE)
+        except OSError:
+            return False
+        if not data:
+            return False
+        self.inbox.extend(self.frames.feed(data))
+        return True
+
+
 class Child:
-    def __init__(self, conn: Connection, preload: list[str]) -> None:
+    def __init__(self, conn: Channel, preload: list[str]) -> None:
         self.conn = conn
         self.preload = list(preload)  # still to import (a failure is tried again)
         self.known: set[str] = set()  # functions imported here: no begin, no kind for them
         self.set_up: set[int] = set()  # id() of each hook that ran to its end here
         self.hooks: dict[int, asyncio.Task[None]] = {}  # async hooks under way
-        self.loop = asyncio.new_event_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.waiting: list[tuple[Any, ...]] = []  # plain runs that came during async ones
         self.idle: asyncio.Future[None] | None = None
         self.exiting = False
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The child's event loop, made on first need: asyncio is a third of a bare
+        child's imports, and plain functions that return no coroutine never need it."""
+        if self._loop is None:
+            import asyncio
+
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
     def send(self, *message: Any) -> None:
         self.conn.send(message)
 
+    def send_soon(self, *message: Any) -> None:
+        """On the event loop: outcomes and items that end in the same turn of the loop go
+        to the daemon in one write."""
+        if self.conn.later(message):
+            self.loop.call_soon(self.conn.flush)
+
     def serve(self) -> None:
         while not self.exiting:
-            message = self.waiting.pop(0) if self.waiting else self._receive()
+            message = self.waiting.pop(0) if self.waiting else self.conn.receive()
             if message is None or message[0] == "exit":
                 return
             if message[0] == "run":
                 self._run(*message[1:])
-
-    def _receive(self) -> tuple[Any, ...] | None:
-        try:
-            message: tuple[Any, ...] = self.conn.recv()
-        except (EOFError, OSError):  # the daemon is gone
-            return None
-        return message
 
     def _prepare(self, tid: str, fn: str) -> Any:
         """Preloads still to do, then import ``fn``: its target, or an error reply. The
@@ -112,14 +169,15 @@ class Child:
         self._clean_group()
         self._done(tid, reply)
 
-    def _emitter(self, tid: str) -> Callable[[str], None]:
-        return lambda text: self.send("item", tid, text)
+    def _emitter(self, tid: str, soon: bool = False) -> Callable[[str], None]:
+        send = self.send_soon if soon else self.send
+        return lambda text: send("item", tid, text)
 
-    def _done(self, tid: str, reply: Reply) -> None:
+    def _done(self, tid: str, reply: Reply, soon: bool = False) -> None:
         for stream in (sys.stdout, sys.stderr):  # what the UDF printed, to the daemon's log
             with contextlib.suppress(Exception):
                 stream.flush()
-        self.send("done", tid, reply[0], reply[1], processes.rss_bytes())
+        (self.send_soon if soon else self.send)("done", tid, reply[0], reply[1], linux.rss_bytes())
 
     def _set_up(self, tid: str, target: Any) -> Reply | None:
         """Run the target's set-up hook unless it ran here already; an error reply if it
@@ -130,7 +188,7 @@ class Child:
         self.send("pause", tid)
         try:
             result = hook()
-            if asyncio.iscoroutine(result):
+            if calls.is_coroutine(result):
                 self.loop.run_until_complete(result)
         except Exception as exc:
             return calls.error(exc, prefix=f"set-up {calls.name_of(hook)} failed: ")
@@ -151,7 +209,7 @@ class Child:
         timeout_s: Any,
     ) -> None:
         """Run async invocations, taking more as they come, until none is left."""
-        self.loop.add_reader(self.conn.fileno(), self._on_message)
+        self.loop.add_reader(self.conn.fd, self._on_readable)
         try:
             self._start(tid, fn, target, args, kwargs, timeout_s)
             # an invocation taken up as the last one ended (before the loop stopped)
@@ -160,11 +218,17 @@ class Child:
                 self.idle = self.loop.create_future()
                 self.loop.run_until_complete(self.idle)
         finally:
-            self.loop.remove_reader(self.conn.fileno())
+            self.loop.remove_reader(self.conn.fd)
+            self.conn.flush()
         self._clean_group()
 
-    def _on_message(self) -> None:
-        message = self._receive()
+    def _on_readable(self) -> None:
+        if not self.conn.read():
+            self._on_message(None)
+        while self.conn.inbox and not self.exiting:
+            self._on_message(self.conn.inbox.popleft())
+
+    def _on_message(self, message: tuple[Any, ...] | None) -> None:
         if message is None or message[0] == "exit":
             self.exiting = True
             for task in self.tasks.values():
@@ -177,6 +241,7 @@ class Child:
         if message[0] != "run":
             return
         _, tid, fn, args, kwargs, timeout_s = message
+        self.conn.flush()  # what ended before it, before its begin and kind
         target = self._prepare(tid, fn)
         if isinstance(target, tuple):
             self._done(tid, target)
@@ -212,6 +277,8 @@ class Child:
         kwargs: dict[str, Any],
         timeout_s: Any,
     ) -> None:
+        import asyncio
+
         reply: Reply
         try:
             failed = await self._set_up_async(tid, target)
@@ -219,15 +286,18 @@ class Child:
                 reply = failed
             else:
                 async with asyncio.timeout(timeout_s):
-                    reply = await calls.call_async(fn, target, args, kwargs, self._emitter(tid))
+                    emit = self._emitter(tid, soon=True)
+                    reply = await calls.call_async(fn, target, args, kwargs, emit)
         except TimeoutError:
             reply = ("timeout", None)
         except asyncio.CancelledError:
             reply = ("cancelled", None)
-        self._done(tid, reply)
+        self._done(tid, reply, soon=True)
 
     async def _set_up_async(self, tid: str, target: Any) -> Reply | None:
         """The hook once per child, shared by the invocations that wait for it."""
+        import asyncio
+
         hook = calls.setup_of(target)
         if hook is None or id(hook) in self.set_up:
             return None
@@ -245,7 +315,7 @@ class Child:
     async def _hook(self, hook: Callable[[], Any]) -> None:
         try:
             result = hook()
-            if asyncio.iscoroutine(result):
+            if calls.is_coroutine(result):
                 await result
             self.set_up.add(id(hook))
         finally:
@@ -260,6 +330,8 @@ class Child:
             os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
+        from lakeshore import processes  # psutil: only a child whose UDFs start processes
+
         me = os.getpid()  # listing a group costs milliseconds: only when there may be some
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
@@ -279,9 +351,13 @@ def main(argv: list[str]) -> None:
     parent, fd = int(argv[1]), int(argv[2])
     linux.die_with_parent(parent)
     linux.become_subreaper()
-    conn = Connection(fd)
-    _, init = conn.recv()
+    conn = Channel(fd)
+    message = conn.receive()
+    if message is None:  # the daemon is gone already
+        os._exit(0)
+    init = message[1]
     sys.path[:] = init["path"]  # import UDFs as the daemon would
+    conn.send(("ready", None))  # started up: the daemon may claim work for it
     try:
         Child(conn, init["preload"]).serve()
     finally:

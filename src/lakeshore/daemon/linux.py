@@ -5,8 +5,10 @@
 - :func:`become_subreaper`: processes orphaned below the daemon (a UDF's own children whose
   parent exited) are re-parented to the daemon rather than to PID 1, so it can reap them.
 
-A process group's members and a process's resident memory are read through psutil, in
-:mod:`lakeshore.processes`.
+A process group's members are read through psutil, in :mod:`lakeshore.processes`; a
+pool child's resident memory, read after each invocation, from ``/proc/self/statm``
+(:func:`rss_bytes`) where there is one, so that a child imports psutil only if a UDF
+leaves processes behind.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import signal
 import sys
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -46,3 +49,18 @@ def die_with_parent(parent_pid: int) -> None:
 def become_subreaper() -> bool:
     """Adopt this process's orphaned descendants (Linux); whether it took effect."""
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+_statm: list[int] = []  # this process's /proc/self/statm, kept open: one pread a read
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now."""
+    try:
+        if not _statm or _statm[0] != os.getpid():
+            _statm[:] = [os.getpid(), os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)]
+        return int(os.pread(_statm[1], 256, 0).split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        from lakeshore import processes
+
+        return processes.rss_bytes()

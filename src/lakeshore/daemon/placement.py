@@ -14,21 +14,20 @@ its resident memory above ``max_memory_mb`` — Celery's ``max_tasks_per_child``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Sequence, Set
+from typing import Literal, NamedTuple
 
 Kind = Literal["plain", "async"]
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class ChildView:
-    """What placement needs to know of a live child."""
+class ChildView(NamedTuple):
+    """What placement needs to know of a live child (made for each child at each
+    placement: a tuple, the cheapest to build)."""
 
     running: int  # invocations it runs now
     all_async: bool  # every one of them is async (vacuously true when idle)
-    seen: frozenset[str]  # functions it has run
+    seen: Set[str]  # functions it has run (the child's own set: read, never changed)
     retiring: bool = False
 
 

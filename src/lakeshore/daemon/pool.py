@@ -1,20 +1,26 @@
 """The daemon's warm pool: long-lived child processes, each running many invocations.
 
 Children are started as work arrives (:mod:`.placement` says which child takes an
-invocation, or that a new one starts), at most one per invocation running, so never more
-than the daemon's ``--capacity``. Each is a fresh interpreter (``python -m
+invocation, or that a new one starts), or ahead of it (:meth:`Pool.warm`: the daemon
+starts ``--capacity`` of them before its first claim, and replaces one that ends), never
+more than the daemon's ``--capacity``. Each is a fresh interpreter (``python -m
 lakeshore.daemon.child``, exec'd: safe for CUDA and threads, see docs/architecture.md)
 that leads a process group of its own; the daemon's :mod:`.sentinel` is told each group,
 so a daemon killed with SIGKILL leaves none behind.
 
-A thread per child reads what it sends and hands it to the :class:`Ticket` of the
-invocation it is about. When a child's connection ends (it crashed, exited, was killed
-for a time-out or a lost lease, or was recycled), its group is killed and reaped, and
-every invocation it still ran is told it ``died``; the next invocation starts a new child.
+What the children send is read on one event loop (the daemon's, or one the pool runs on
+a thread of its own when it is driven from threads, as in tests) and handed to the
+:class:`Ticket` of the invocation it is about; one thread starts every child and lives as
+long as the pool (a child's parent-death signal fires when the thread that started it
+ends). When a child's connection ends (it crashed, exited, was killed for a time-out or
+a lost lease, or was recycled), its group is killed and reaped on a thread of its own,
+and every invocation it still ran is told it ``died``; the next invocation starts a new
+child.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -27,10 +33,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any
 
-from lakeshore.daemon import placement
+from lakeshore.daemon import placement, wire
 from lakeshore.daemon.sentinel import Sentinel, kill_group
 
 log = logging.getLogger("lakeshore.daemon")
@@ -56,11 +61,12 @@ class Ticket:
     child: ChildProcess
     kind: placement.Kind | None = None
     warm: bool = False  # its child has run ``fn`` before: it sends no ``begin`` for it
-    messages: queue.Queue[tuple[Any, ...]] = field(default_factory=queue.Queue)
-    post: Callable[[tuple[Any, ...]], None] | None = None
+    post: Callable[[tuple[Any, ...]], None] | None = None  # called on the pool's loop
+    messages: queue.Queue[tuple[Any, ...]] = field(init=False)  # without a ``post``
 
     def __post_init__(self) -> None:
         if self.post is None:
+            self.messages = queue.Queue()
             self.post = self.messages.put
 
     def tell(self, message: tuple[Any, ...]) -> None:
@@ -71,14 +77,17 @@ class Ticket:
 @dataclass(eq=False)
 class ChildProcess:
     process: subprocess.Popen[bytes]
-    conn: Connection
+    sock: socket.socket
     tickets: dict[str, Ticket] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     invocations: int = 0
     rss: int = 0
     retiring: bool = False
+    ready: bool = False  # it said it has started up
+    buried: bool = False  # reaped (under ``reap_lock``)
     killed_for: str | None = None  # why the pool killed it, for the invocations it ran
     exitcode: int | None = None
+    frames: wire.Frames = field(default_factory=wire.Frames)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     reap_lock: threading.Lock = field(default_factory=threading.Lock)  # kill vs. reap
 
@@ -87,29 +96,40 @@ class ChildProcess:
         return self.process.pid
 
     def view(self) -> placement.ChildView:
-        tickets = self.tickets.values()
-        return placement.ChildView(
-            running=len(self.tickets),
-            all_async=all(t.kind == "async" for t in tickets),
-            seen=frozenset(self.seen),
-            retiring=self.retiring,
-        )
+        tickets = self.tickets
+        all_async = not tickets or all(t.kind == "async" for t in tickets.values())
+        return placement.ChildView(len(tickets), all_async, self.seen, self.retiring)
 
     def send(self, *message: Any) -> None:
-        """Send, or nothing if it is gone (its reader tells its invocations)."""
+        """Send, or nothing if it is gone (its burial tells its invocations)."""
+        data = wire.pack(message)
         with self.send_lock, contextlib.suppress(OSError, ValueError):
-            self.conn.send(message)
+            self.sock.sendall(data)
 
 
 class Pool:
-    def __init__(self, config: PoolConfig | None = None, sentinel: Sentinel | None = None) -> None:
+    """The children; what they send is read on ``loop`` (the caller's event loop, where
+    tickets' ``post`` is then called), or without one on a loop of the pool's own thread.
+    ``close`` must not be called on that loop: it waits for the loop to bury children."""
+
+    def __init__(
+        self,
+        config: PoolConfig | None = None,
+        sentinel: Sentinel | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self.config = config or PoolConfig()
         self._sentinel = sentinel
         self._lock = threading.Lock()
+        self._buried = threading.Condition(self._lock)  # a child left ``_children``
         self._children: list[ChildProcess] = []
         self._kinds: dict[str, placement.Kind] = {}  # learnt from the children
         self._ids = itertools.count()
-        self._readers: list[threading.Thread] = []
+        self._loop = loop
+        self._loop_thread: threading.Thread | None = None  # the pool's own loop, if any
+        self._starter: _Starter | None = None
+        self._warm = 0  # children kept started ahead of work
+        self._ready_waiters: list[asyncio.Future[None]] = []
         self.started = 0  # children started, over the pool's life
         self.closed = False
 
@@ -149,6 +169,34 @@ class Pool:
         child.send("run", ticket.id, fn, args, kwargs, timeout_s)
         return ticket
 
+    def warm(self, count: int) -> None:
+        """Start children until ``count`` are live, and keep that many: one that ends (a
+        crash, a recycle, a kill) is replaced as it is buried, ahead of the next
+        invocation. Each child's start-up then overlaps work instead of delaying it."""
+        with self._lock:
+            self._warm = count
+            self._fill()
+
+    async def warmed(self, within_s: float) -> bool:
+        """Wait, on the pool's loop, until every live child has started up (up to
+        ``within_s``); whether they all have."""
+        loop = asyncio.get_running_loop()
+        if self._all_ready():
+            return True
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._ready_waiters.append(waiter)
+        try:
+            async with asyncio.timeout(within_s):
+                await waiter
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._ready_waiters.remove(waiter)
+
+    def _all_ready(self) -> bool:
+        return all(child.ready for child in list(self._children) if not child.retiring)
+
     def cancel(self, ticket: Ticket) -> None:
         """Ask the child to cancel an async invocation (it answers ``done``/cancelled)."""
         ticket.child.send("cancel", ticket.id)
@@ -172,40 +220,60 @@ class Pool:
                 child.retiring = True
         for child in children:
             child.send("exit")
-        deadline = time.monotonic() + within_s
-        for reader in list(self._readers):
-            reader.join(max(0.0, deadline - time.monotonic()))
+        with self._buried:
+            self._buried.wait_for(lambda: not self._children, within_s)
         for child in children:
             self.kill(child, "the daemon stopped")
-        for reader in list(self._readers):
-            reader.join(within_s)
+        with self._buried:
+            self._buried.wait_for(lambda: not self._children, within_s)
+            left = list(self._children)
+        if left and self._loop is not None and not self._loop.is_running():
+            for child in left:  # killed, and nothing reads it to its end now: reap it here
+                self._bury(child, self._loop)
+        if self._starter is not None:
+            self._starter.stop()
+        if self._loop_thread is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(within_s)
+            if not self._loop_thread.is_alive():
+                self._loop.close()
 
     # --- below the lock -----------------------------------------------------------------
 
+    def _fill(self) -> None:
+        """Start children up to the warm count (the lock held)."""
+        while not self.closed and sum(not c.retiring for c in self._children) < self._warm:
+            self._start()
+
     def _start(self) -> ChildProcess:
-        """Start a child (the pool's lock held) from a thread of its own that then reads
-        from it until it ends: the parent-death signal fires when the thread that started
-        a child ends, so that thread must live exactly as long as the child."""
-        started: queue.Queue[ChildProcess | BaseException] = queue.Queue(maxsize=1)
-        reader = threading.Thread(target=self._own, args=(started,), daemon=True)
-        self._readers = [r for r in self._readers if r.is_alive()] + [reader]
-        reader.start()
-        child = started.get()
-        if isinstance(child, BaseException):
-            raise child
+        """Start a child (the lock held) and have the loop read it."""
+        if self._starter is None:
+            self._starter = _Starter()
+        child = self._starter.call(self._spawn)
         self._children.append(child)
         self.started += 1
+        loop = self._io()
+        if _running_on(loop):
+            self._watch(child)
+        else:
+            try:
+                loop.call_soon_threadsafe(self._watch, child)
+            except RuntimeError:  # the loop is closed: nobody will read it
+                child.retiring, child.killed_for = True, "the daemon stopped"
+                kill_group(child.pid)
         return child
 
-    def _own(self, started: queue.Queue[ChildProcess | BaseException]) -> None:
-        try:
-            child = self._spawn()
-        except BaseException as exc:
-            started.put(exc)
-            return
-        threading.current_thread().name = f"pool-child-{child.pid}"
-        started.put(child)
-        self._read(child)
+    def _io(self) -> asyncio.AbstractEventLoop:
+        """The loop that reads the children: the caller's, or one of the pool's own."""
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(
+                target=loop.run_forever, name="pool-io", daemon=True
+            )
+            self._loop_thread.start()
+            self._loop = loop
+        return self._loop
 
     def _spawn(self) -> ChildProcess:
         """Its end of the socket is passed to it alone; every other descriptor is closed
@@ -226,26 +294,56 @@ class Pool:
             theirs.close()
         if self._sentinel is not None:
             self._sentinel.add(process.pid)
-        child = ChildProcess(process, Connection(ours.detach()))
+        child = ChildProcess(process, ours)
         child.send("init", {"path": list(sys.path), "preload": list(self.config.preload)})
         return child
 
-    def _read(self, child: ChildProcess) -> None:
+    # --- on the loop --------------------------------------------------------------------
+
+    def _watch(self, child: ChildProcess) -> None:
+        assert self._loop is not None
         try:
-            while True:
-                try:
-                    message = child.conn.recv()
-                except (EOFError, OSError):
-                    return
-                self._take(child, message)
-        except Exception:  # a message not understood: the child is of no further use
-            log.exception("pool child %d sent what the daemon cannot read", child.pid)
-            self.kill(child, "it sent what the daemon cannot read")
-        finally:
-            self._bury(child)
+            self._loop.add_reader(child.sock.fileno(), self._readable, child)
+        except (OSError, ValueError):  # closed already
+            self._ended(child)
+
+    def _readable(self, child: ChildProcess) -> None:
+        """What the child sent, all of it that has come; at the end, its burial."""
+        try:
+            data = child.sock.recv(wire.READ_SIZE, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            try:
+                for message in child.frames.feed(data):
+                    self._take(child, message)
+                return
+            except Exception:  # a message not understood: the child is of no further use
+                log.exception("pool child %d sent what the daemon cannot read", child.pid)
+                self.kill(child, "it sent what the daemon cannot read")
+        self._ended(child)
+
+    def _ended(self, child: ChildProcess) -> None:
+        assert self._loop is not None
+        with contextlib.suppress(OSError, ValueError):
+            self._loop.remove_reader(child.sock.fileno())
+        burial = threading.Thread(
+            target=self._bury, args=(child, self._loop), name=f"pool-bury-{child.pid}"
+        )
+        burial.daemon = True
+        burial.start()
 
     def _take(self, child: ChildProcess, message: tuple[Any, ...]) -> None:
         kind, tid = message[0], message[1]
+        if kind == "ready":
+            child.ready = True
+            if self._ready_waiters and self._all_ready():
+                for waiter in self._ready_waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+            return
         ticket = child.tickets.get(tid)
         if ticket is None:
             return
@@ -279,11 +377,15 @@ class Pool:
             )
             child.send("exit")
 
-    def _bury(self, child: ChildProcess) -> None:
+    def _bury(self, child: ChildProcess, loop: asyncio.AbstractEventLoop) -> None:
         """The child's connection ended: kill what is left of its group while its leader
         is unreaped (the group's id cannot have been reused), reap the leader, then the
-        members handed to this process; tell its invocations."""
+        members handed to this process; tell its invocations (on the loop), and start its
+        replacement if the pool is kept warm."""
         with child.reap_lock:
+            if child.buried:  # by close(), or by the loop's burial meanwhile
+                return
+            child.buried = True
             kill_group(child.pid)
             child.exitcode = child.process.wait()
         _reap_group(child.pid)
@@ -294,9 +396,58 @@ class Pool:
                 self._children.remove(child)
             orphans = list(child.tickets.values())
             child.tickets.clear()
-        child.conn.close()
-        for ticket in orphans:
-            ticket.tell(("died", ticket.id))
+            self._buried.notify_all()
+        child.sock.close()
+        if orphans:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_tell_died, orphans)
+        with self._lock:
+            try:
+                self._fill()
+            except OSError:  # out of processes or memory: the next invocation tries again
+                log.exception("could not start a pool child ahead of work")
+
+
+class _Starter:
+    """One thread that starts every child of a pool and lives as long as the pool: the
+    kernel's parent-death signal fires when the thread that started a child ends."""
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="pool-starter", daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable[[], ChildProcess]) -> ChildProcess:
+        answer: queue.SimpleQueue[ChildProcess | BaseException] = queue.SimpleQueue()
+        self._requests.put((fn, answer))
+        child = answer.get()
+        if isinstance(child, BaseException):
+            raise child
+        return child
+
+    def stop(self) -> None:
+        self._requests.put(None)
+        self._thread.join(5.0)
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            fn, answer = request
+            try:
+                answer.put(fn())
+            except BaseException as exc:
+                answer.put(exc)
+
+
+def _tell_died(tickets: list[Ticket]) -> None:
+    for ticket in tickets:
+        ticket.tell(("died", ticket.id))
+
+
+def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def _reap_group(pgid: int, within_s: float = 2.0) -> None:

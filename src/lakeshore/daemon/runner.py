@@ -22,6 +22,7 @@ import importlib.machinery
 import importlib.util
 import json
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -109,26 +110,52 @@ class Run:
         return self.wait()
 
     async def run(self) -> Outcome:
-        """Start and wait on the running event loop: the child's reader thread hands
-        each message to the loop, so no thread waits for the invocation (the daemon's
-        way; ``kill`` still works from any thread)."""
+        """Start and wait on the running event loop (see :meth:`begin`)."""
+        try:
+            return await self.begin()
+        finally:
+            if self._own_pool:
+                await asyncio.to_thread(self.pool.close)
+
+    def begin(self) -> asyncio.Future[Outcome]:
+        """Start on the running event loop; the future of its outcome. A pool that reads
+        its children on this loop (the daemon's) hands each message straight to the
+        waiter, and a timer of the loop stands for its time-out: no thread, no task and
+        no queue take part in the invocation (``kill`` still works from any thread)."""
         loop = asyncio.get_running_loop()
-        inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        done: asyncio.Future[Outcome] = loop.create_future()
+        here = threading.get_ident()
+        timer: list[asyncio.TimerHandle] = []  # the one pending, if any
+
+        def step(message: tuple[Any, ...] | None) -> None:
+            if not done.done():
+                settle(waiter._step(message))
+
+        def settle(ended: Outcome | None) -> None:
+            if timer:
+                timer.pop().cancel()
+            if ended is not None:
+                done.set_result(ended)
+                return
+            wait_s = waiter._next_s()
+            if wait_s is not None:
+                timer.append(loop.call_later(wait_s, step, None))
 
         def post(message: tuple[Any, ...]) -> None:
+            if threading.get_ident() == here:  # the pool reads its children on this loop
+                step(message)
+                return
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(inbox.put_nowait, message)
+                loop.call_soon_threadsafe(step, message)
 
         self._ticket = self.pool.submit(
             self.fn, self._args, self._kwargs, self.timeout_s, post=post
         )
+        waiter = _Waiter(self, self._ticket)
+        settle(None)  # the timer of its start, or of its time-out
         if self._killed:
             self.kill()
-        try:
-            return await _Waiter(self, self._ticket).outcome_on(inbox)
-        finally:
-            if self._own_pool:
-                await asyncio.to_thread(self.pool.close)
+        return done
 
 
 class _Waiter:
@@ -152,18 +179,6 @@ class _Waiter:
             try:
                 message = self.ticket.messages.get(timeout=self._next_s())
             except queue.Empty:
-                message = None
-            ended = self._step(message)
-            if ended is not None:
-                return ended
-
-    async def outcome_on(self, inbox: asyncio.Queue[tuple[Any, ...]]) -> Outcome:
-        """:meth:`outcome`, for a ticket whose messages go to ``inbox``."""
-        while True:
-            try:
-                async with asyncio.timeout(self._next_s()):
-                    message: tuple[Any, ...] | None = await inbox.get()
-            except TimeoutError:
                 message = None
             ended = self._step(message)
             if ended is not None:

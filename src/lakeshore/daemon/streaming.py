@@ -1,6 +1,6 @@
 """Sending a generator invocation's items to the server while it runs.
 
-Items arrive from the runner's thread (``put`` is thread-safe) and go out in order, as
+Items arrive from the runner (``put`` is thread-safe) and go out in order, as
 many per request as have piled up, numbered from 0 so that a retried post stores nothing
 twice. The invocation's own report waits for ``close``, so every item is stored before
 the final state. A refused item (too large, not storable) stops the stream and becomes
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from typing import Any
 
 import httpx
@@ -29,28 +30,44 @@ class ItemSender:
         self.sent = 0
         self.error: dict[str, Any] | None = None
         self._lost = False
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue: asyncio.Queue[Any] | None = None
         self._loop = asyncio.get_running_loop()
-        self._task = asyncio.create_task(self._send_all(), name=f"stream {path}")
+        self._thread = threading.get_ident()
+        # started by the first item: most invocations stream nothing
+        self._task: asyncio.Task[None] | None = None
 
     def put(self, item: Any) -> None:
         """Queue an item (from any thread)."""
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        if threading.get_ident() == self._thread:
+            self._put(item)
+        else:
+            self._loop.call_soon_threadsafe(self._put, item)
+
+    def _put(self, item: Any) -> None:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._task = self._loop.create_task(
+                self._send_all(self._queue), name=f"stream {self.path}"
+            )
+        self._queue.put_nowait(item)
 
     async def close(self) -> None:
         """Send what is queued, then stop."""
+        if self._queue is None or self._task is None:  # nothing was put: nothing to send
+            return  # (items put from a thread come before its end is seen on the loop)
         self._queue.put_nowait(_END)
         await self._task
 
     def cancel(self) -> None:
-        self._task.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
-    async def _send_all(self) -> None:
+    async def _send_all(self, queue: asyncio.Queue[Any]) -> None:
         done = False
         while not done:
-            batch = [await self._queue.get()]
-            while not self._queue.empty() and len(batch) < MAX_ITEMS_PER_POST:
-                batch.append(self._queue.get_nowait())
+            batch = [await queue.get()]
+            while not queue.empty() and len(batch) < MAX_ITEMS_PER_POST:
+                batch.append(queue.get_nowait())
             if batch[-1] is _END:
                 batch.pop()
                 done = True

@@ -99,7 +99,8 @@ class Daemon:
         if self.config.runner == daemon_runners.THREAD:
             self.threads = Threads(self.config.pool.preload)
         else:
-            self.pool = Pool(self.config.pool, self.sentinel)
+            loop = asyncio.get_running_loop()  # the children are read on the daemon's loop
+            self.pool = Pool(self.config.pool, self.sentinel, loop=loop)
         try:
             return await self._serve()
         finally:
@@ -141,6 +142,8 @@ class Daemon:
         )
         reports = asyncio.create_task(self.reporter.run(), name="reporter")
         try:
+            if self.pool is not None:
+                await self._warm_up(self.pool)
             await self._claim_loop()
             await self._drain()
             if not self.retired and not self.orphaned:
@@ -154,6 +157,18 @@ class Daemon:
                     await asyncio.to_thread(runner_.close)
             self.executor.shutdown(wait=False, cancel_futures=True)
         return 0
+
+    async def _warm_up(self, pool: Pool) -> None:
+        """Start the pool's children and claim once they have started up (a child's
+        start-up is ~30 ms of CPU, several at once on a loaded machine take longer):
+        what a claim leases then runs at once instead of waiting, its lease held, for an
+        interpreter to start. Bounded, and a stop signal ends the wait."""
+        pool.warm(_warm_children(self.config.capacity, self.config.pool))
+        warmed = asyncio.create_task(pool.warmed(WARM_UP_S), name="warm-up")
+        stopping = asyncio.create_task(self.stop.wait())
+        await asyncio.wait({warmed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (warmed, stopping):
+            task.cancel()
 
     async def _bye(self) -> None:
         """Leave: whatever is still held goes back to the queue at once."""
@@ -403,7 +418,7 @@ class Daemon:
             running = asyncio.get_running_loop().run_in_executor(self.executor, run)
         else:  # waited for on this loop: no thread per invocation
             run = runner.Run(*call, invocation["timeout_s"], items.put, self.pool)
-            running = asyncio.ensure_future(run.run())
+            running = run.begin()
         try:
             outcome = await asyncio.shield(running)
             await items.close()
@@ -448,8 +463,15 @@ async def _cancelled(task: asyncio.Task[None], *, every_s: float = 1.0) -> None:
         log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
+WARM_UP_S = 10.0  # the longest a daemon waits for its children before its first claim
 _RECORDED = ("succeeded", "pending", "failed")  # what a report's recorded outcome can be
 _STOP = "stop"  # a claim that gave way to a stop signal, or a server long gone
+
+
+def _warm_children(capacity: int, pool: PoolConfig) -> int:
+    """Children started ahead of work: one per slot, or as few as hold ``capacity``
+    ``async def`` invocations when a child may run several."""
+    return -(-capacity // max(1, pool.async_concurrency))
 
 
 def _burst_wait(look: dict[str, Any] | None, longest_s: float) -> float | None:
