@@ -226,14 +226,29 @@ async def stop(handle: Mapping[str, Any], *, grace_s: float) -> None:
     """SIGTERM to the daemon's process group, up to ``grace_s`` for its members to exit,
     then SIGKILL to the group if any is left. A process already gone is fine."""
     leader = processes.identified(handle.get("pid"), handle.get("started"))
-    if leader is None:
-        return
-    members = processes.group_members(leader.pid)  # the leader among them
-    _signal_group(leader.pid, signal.SIGTERM)
-    left = await processes.wait_gone(members or [leader], grace_s)
-    if left:  # the group still has members, so its id cannot have been handed out again
-        _signal_group(leader.pid, signal.SIGKILL)
-        await processes.wait_gone(left, KILL_WAIT_S)
+    if leader is not None:
+        members = processes.group_members(leader.pid)  # the leader among them
+        _signal_group(leader.pid, signal.SIGTERM)
+        left = await processes.wait_gone(members or [leader], grace_s)
+        if left:  # the group still has members, so its id cannot have been handed out again
+            _signal_group(leader.pid, signal.SIGKILL)
+            await processes.wait_gone(left, KILL_WAIT_S)
+    await _reap_own(handle.get("pid"))
+
+
+async def _reap_own(pid: Any) -> None:
+    """A daemon this process started is waited for once it is stopped (or found gone), so
+    its exit is collected: no zombie is left, and no process object is dropped unwaited.
+    (Its pid cannot have been handed out again while it was not yet waited for.)"""
+    for children in _CHILDREN.values():
+        process = children.get(pid) if isinstance(pid, int) else None
+        if process is None:
+            continue
+        with contextlib.suppress(TimeoutError, ProcessLookupError):
+            async with asyncio.timeout(KILL_WAIT_S):
+                await process.wait()
+        if process.returncode is not None:
+            children.pop(pid, None)
 
 
 def install() -> None:
