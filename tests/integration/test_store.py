@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -210,3 +211,44 @@ async def test_sqlite_writers_queue_in_process_and_a_long_wait_is_a_clear_503(
     release.set()
     await asyncio.gather(first, second)
     assert order == ["ns_a in", "ns_a out", "ns_c in", "ns_c out"]
+
+
+async def _backends(store: Store) -> set[int]:
+    async with store.read() as conn:
+        return {(await conn.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one()}
+
+
+async def test_a_pooled_connection_the_server_closed_is_replaced_before_use(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a connection back in the pool is looked at, not pinged, when it is
+    taken again soon. One whose backend was terminated meanwhile (a restart, an admin's
+    pg_terminate_backend) is noticed by its socket and replaced, so no statement fails;
+    one idle past PING_IDLE_S is pinged (a round trip) first."""
+    if store.dialect != "postgresql":
+        pytest.skip("PostgreSQL's pool")
+    [pid] = await _backends(store)
+    with psycopg_connect(store) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        for _ in range(500):  # the backend is gone once it no longer lists itself
+            if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+                break
+            await asyncio.sleep(0.01)
+    async with store.write() as conn:  # would raise OperationalError on the dead one
+        await conn.execute(insert(namespaces).values(id="ns_a", name="a", created_at=NOW))
+    [replacement] = await _backends(store)
+    assert replacement != pid
+
+    pings: list[object] = []
+    real_ping = store.engine.dialect.do_ping
+    monkeypatch.setattr(store.engine.dialect, "do_ping", lambda c: pings.append(c) or real_ping(c))
+    await _backends(store)
+    assert pings == []  # used a moment ago: no round trip
+    monkeypatch.setattr(engine_module, "PING_IDLE_S", -1.0)
+    assert await _backends(store) == {replacement}
+    assert len(pings) == 1
+
+
+def psycopg_connect(store: Store) -> psycopg.Connection[tuple[object, ...]]:
+    url = store.engine.url.set(drivername="postgresql")
+    return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)

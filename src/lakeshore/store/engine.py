@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import select
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -23,7 +25,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, event, pool, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from lakeshore import files
@@ -78,12 +80,61 @@ def _sqlite_setup(engine: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+# A pooled PostgreSQL connection idle longer than this is pinged (a round trip) before
+# use; one used more recently is only looked at (no round trip, see _checked_out).
+PING_IDLE_S = 10.0
+_IDLE_SINCE = "lakeshore_idle_since"
+
+
+def _unsure(driver_connection: Any) -> bool:
+    """Whether a pooled psycopg connection needs a ping before use, known without asking
+    the server: it is closed or broken, or its socket is readable while it sat idle. A
+    pooled connection LISTENs to nothing, so what arrives unasked is a server's last
+    words: a terminated backend or a shutdown sends its error, then closes."""
+    if driver_connection.closed or driver_connection.broken:
+        return True
+    try:
+        readable, _, _ = select.select([driver_connection.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):  # no socket any more
+        return True
+    return bool(readable)
+
+
+def _postgresql_liveness(engine: Any) -> None:
+    """Check a pooled connection at checkout, without a round trip when it was in use a
+    moment ago and nothing came from the server since. ``pool_pre_ping`` sent
+    ``SELECT 1`` before every transaction: one round trip in five of a single submit. A
+    connection the server closed (a restart, a terminated backend) is still caught: its
+    socket turns readable, and it is pinged; so is one idle past :data:`PING_IDLE_S`. A
+    dead one is replaced by the pool (it retries a checkout that raises
+    :class:`DisconnectionError`) before any statement runs on it."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.pop(_IDLE_SINCE, None)
+        if idle_since is None:
+            return  # just connected
+        fresh = time.monotonic() - idle_since <= PING_IDLE_S
+        if fresh and not _unsure(record.driver_connection):
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError("this pooled connection no longer answers") from exc
+
+
 def create_engine_for(url: URL, *, pool_size: int = 10) -> AsyncEngine:
     if url.get_backend_name() == "sqlite":
         engine = create_async_engine(async_url(url))
         _sqlite_setup(engine.sync_engine)
         return engine
-    return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
+    _postgresql_liveness(engine.sync_engine)
+    return engine
 
 
 def _alembic_config() -> Config:
@@ -159,6 +210,18 @@ class Store:
             conn = await conn.execution_options(**{_WRITE: True})
             async with conn.begin():
                 yield conn
+
+    @asynccontextmanager
+    async def statement(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one write statement that is its own transaction: on
+        PostgreSQL in autocommit (no ``BEGIN`` and ``COMMIT`` round trips around it), on
+        SQLite a write transaction as :meth:`write` (both are in-process there)."""
+        if self._writer is not None:
+            async with self.write() as conn:
+                yield conn
+            return
+        async with self.engine.connect() as conn:
+            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @asynccontextmanager
     async def _one_writer(self) -> AsyncIterator[None]:
