@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lakeshore.store import invocations as inv_store
 from tests.conftest import FakeClock
 
 NS = "/v1/namespaces/default"
@@ -223,3 +224,47 @@ async def test_stats_count_submitted_work(api: httpx.AsyncClient) -> None:
         await submit(api)
     stats = (await api.get(f"{NS}/queues/work/stats")).json()
     assert (stats["pending"], stats["running"]) == (3, 0)
+
+
+async def test_a_single_submit_to_a_known_queue_is_one_statement_that_sees_every_change(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submit to a queue an earlier submit read is decided on that copy, in one
+    statement that goes in only while the queue is still at the copy's revision. Each
+    change of the queue (its authPolicy, admission, state) is seen by the next submit,
+    which then goes the full way and answers with the current spec's reason."""
+    taken: list[bool] = []
+    real = inv_store.insert_one_at
+
+    async def spy(*args: Any) -> Any:
+        stored = await real(*args)
+        taken.append(stored is not None)
+        return stored
+
+    monkeypatch.setattr(inv_store, "insert_one_at", spy)
+    issued = await api.post(f"{NS}/tokens", json={"name": "ci"})
+    ci = {"Authorization": f"Bearer {issued.json()['token']}"}
+    first = await api.post(inv("known"), json={"fn": "m:f"}, headers=ci)  # reads the queue
+    second = await api.post(inv("known"), json={"fn": "m:f", "key": "k"}, headers=ci)
+    assert (first.status_code, second.status_code, taken) == (201, 201, [True])
+    again = await api.post(inv("known"), json={"fn": "m:g", "key": "k"}, headers=ci)
+    assert (again.status_code, again.json()["id"]) == (200, second.json()["id"])
+    assert taken == [True, False]  # a taken key: the full path answers with its holder
+
+    await submit(api, "known")  # the full path read it again: known once more
+    patched = await api.patch(f"{NS}/queues/known", json={"authPolicy": {"submit": ["ops"]}})
+    assert patched.status_code == 200, patched.text
+    refused = await api.post(inv("known"), json={"fn": "m:f"}, headers=ci)
+    assert refused.status_code == 403
+    assert 'authPolicy.submit does not list token "ci"' in refused.json()["error"]["message"]
+    assert taken[-1] is False  # the copy was stale: nothing went in
+
+    patched = await api.patch(
+        f"{NS}/queues/known", json={"authPolicy": None, "admission": {"max_depth": 3}}
+    )
+    assert patched.status_code == 200, patched.text
+    assert (await api.post(inv("known"), json={"fn": "m:f"})).status_code == 429
+    await api.post(f"{NS}/queues/known/drain")
+    assert (await api.post(inv("known"), json={"fn": "m:f"})).status_code == 409
+    stats = (await api.get(f"{NS}/queues/known/stats")).json()
+    assert stats["pending"] == 3

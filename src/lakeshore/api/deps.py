@@ -19,7 +19,7 @@ from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.controller import Controller
-from lakeshore.services.invocations import RateLimiter
+from lakeshore.services.invocations import KnownQueues, RateLimiter
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
@@ -28,6 +28,7 @@ from lakeshore.store.engine import Store
 from lakeshore.store.leadership import Leadership
 
 Clock = Callable[[], datetime]
+KNOWN_QUEUES_MAX = 10_000
 
 
 @dataclass
@@ -50,6 +51,8 @@ class AppState:
     namespaces: MutableMapping[str, Namespace] = field(  # found by name, remembered
         default_factory=lambda: TTLCache(auth.CALLERS_MAX, auth.CALLERS_TTL_S)
     )
+    # queues as submits last read them (checked against the row's revision before use)
+    queues: KnownQueues = field(default_factory=lambda: TTLCache(KNOWN_QUEUES_MAX, 600.0))
 
 
 def app_state(request: Request) -> AppState:

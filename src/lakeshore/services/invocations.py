@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from lakeshore.domain.ids import new_id
 from lakeshore.domain.invocations import Submit, parse_submit, priority_of
 from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
-from lakeshore.errors import Conflict, InvalidInput, NotFound, TooManyRequests
+from lakeshore.errors import Conflict, InvalidInput, LakeshoreError, NotFound, TooManyRequests
 from lakeshore.services.auth import Principal
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
@@ -61,22 +61,78 @@ def to_json(row: Any) -> dict[str, Any]:
     }
 
 
+# Queues as submits last read them, with their revision, by (namespace id, name): what
+# lets a single submit skip reading its queue (see _submit_to_known). A copy is only
+# ever acted on while the row is still at its revision, so it needs no expiry to be
+# right; the bound is on memory.
+KnownQueues = MutableMapping[tuple[str, str], tuple[Queue, int]]
+
+
 async def _queue_for_submit(
     conn: AsyncConnection, ns: Namespace, name: str, now: datetime
-) -> Queue:
-    """The queue to submit to, created as fifo when it does not exist yet. Its row stays
-    locked until the submit commits (PostgreSQL; SQLite has one writer at a time), so
-    the depth check and the insert are one step for concurrent submits."""
+) -> tuple[Queue, int]:
+    """The queue to submit to, created as fifo when it does not exist yet, and its
+    revision. Its row stays locked until the submit commits (PostgreSQL; SQLite has one
+    writer at a time), so the depth check and the insert are one step for concurrent
+    submits."""
     if not is_valid_name(name):
         raise InvalidInput(f"{name!r} is not a valid queue name: use {NAME_RULE}", field="queue")
-    queue = await queue_store.get_queue(conn, ns.id, name, lock=True)
-    if queue is None:
+    found = await queue_store.get_queue_at(conn, ns.id, name, lock=True)
+    if found is None:
         queue = await queue_store.insert_queue(
             conn, id=new_id("q"), namespace_id=ns.id, spec=parse_spec({"name": name}), now=now
         )
+        found = (queue, 0)
+    queue = found[0]
     if queue.state in ("draining", "archived"):
         raise Conflict(f'queue "{name}" is {queue.state} and accepts no submits', field="queue")
-    return queue
+    return found
+
+
+async def _submit_to_known(
+    store: Store,
+    notifier: Notifier,
+    known: KnownQueues,
+    ns: Namespace,
+    queue_name: str,
+    submit: Submit,
+    now: datetime,
+    caller: Principal | None,
+) -> tuple[dict[str, Any], bool] | None:
+    """One submit in one statement, decided on the copy of its queue that an earlier
+    submit read: ``None`` when that copy cannot decide it, and the full path must.
+
+    The full path costs five round trips on PostgreSQL (begin, read and lock the queue,
+    insert, commit, besides the key check); this one, one: an insert that goes in only
+    while the queue row is at the revision the copy was read at, holding the row shared
+    until it commits (autocommit), so a change of the queue's spec or state waits for
+    it, or it sees the change and inserts nothing. It takes only the submits whose
+    outcome the copy settles without a count: an active or paused queue with no
+    ``max_depth`` or ``rate_limit``, a caller its ``authPolicy`` admits, a priority it
+    can place. Anything else, a refusal included, goes the full way, which reads the
+    queue afresh and answers with the current spec's reason."""
+    entry = known.get((ns.id, queue_name))
+    if entry is None:
+        return None
+    queue, revision = entry
+    limits = queue.spec.admission
+    if queue.state in ("draining", "archived") or (
+        limits is not None and (limits.max_depth is not None or limits.rate_limit is not None)
+    ):
+        return None
+    try:
+        if caller is not None:
+            caller.require_access(queue.spec.auth_policy, "submit", queue.name)
+        [row] = _rows(ns, queue, [submit], now, [""])
+    except LakeshoreError:
+        return None
+    async with store.statement() as conn:
+        stored = await inv_store.insert_one_at(conn, row, revision)
+    if stored is None:  # the queue moved on, or the key is taken
+        known.pop((ns.id, queue_name), None)
+        return None
+    notifier.notify([queue.id])
+    return to_json(stored), True
 
 
 def _rows(
@@ -178,11 +234,13 @@ async def submit_many(
     block_s: float = 10.0,
     max_payload_bytes: int | None = None,
     caller: Principal | None = None,
+    known: KnownQueues | None = None,
 ) -> list[tuple[dict[str, Any], bool]]:
     """Submit ``bodies`` in order; each result is (invocation, created?). A body whose key
     was already used in this queue returns the invocation that holds it. A full queue
     whose ``on_full`` is ``block`` is retried for up to ``block_s`` seconds, then 429.
-    ``caller`` is held to the queue's ``authPolicy.submit`` (403)."""
+    ``caller`` is held to the queue's ``authPolicy.submit`` (403). ``known`` keeps the
+    queues submits read, for a single submit to be decided in one statement."""
     if not 1 <= len(bodies) <= MAX_BATCH:
         raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
     now = now.astimezone(UTC)  # the answers' times read as the store's would
@@ -190,12 +248,42 @@ async def submit_many(
     submits = [parse_submit(body, where=place) for body, place in zip(bodies, places, strict=True)]
     if max_payload_bytes is not None:
         _check_sizes(submits, max_payload_bytes)
+    if known is not None and len(submits) == 1:
+        answer = await _submit_to_known(
+            store, notifier, known, ns, queue_name, submits[0], now, caller
+        )
+        if answer is not None:
+            return [answer]
+    queue, revision, rows, stored = await _submit_reading_queue(
+        store, limiter, ns, queue_name, submits, places, now, block_s=block_s, caller=caller
+    )
+    if known is not None:
+        known[(ns.id, queue.name)] = (queue, revision)
+    notifier.notify([queue.id])
+    return _answers(rows, stored)
+
+
+async def _submit_reading_queue(
+    store: Store,
+    limiter: RateLimiter,
+    ns: Namespace,
+    queue_name: str,
+    submits: Sequence[Submit],
+    places: Sequence[str],
+    now: datetime,
+    *,
+    block_s: float,
+    caller: Principal | None,
+) -> tuple[Queue, int, list[dict[str, Any]], Sequence[Any]]:
+    """The full path: one transaction that reads (and locks) the queue, checks the
+    submits against it, and inserts them. Returns the queue, its revision, the rows
+    made and the rows stored."""
     loop = asyncio.get_running_loop()
     deadline, pause, races = loop.time() + block_s, 0.05, 0
     while True:
         try:
             async with store.write() as conn:
-                queue = await _queue_for_submit(conn, ns, queue_name, now)
+                queue, revision = await _queue_for_submit(conn, ns, queue_name, now)
                 if caller is not None:
                     caller.require_access(queue.spec.auth_policy, "submit", queue.name)
                 # before admission: a submit refused for its priority spends no rate
@@ -207,7 +295,7 @@ async def submit_many(
                 if incoming:
                     limiter.admit(queue, incoming, now)
                 stored = await inv_store.insert_many(conn, rows)  # publishes the wake-up
-            break
+            return queue, revision, rows, stored
         except IntegrityError:  # a racing create of the same queue: retried, not surfaced
             races += 1
             if races == 3:
@@ -221,8 +309,6 @@ async def submit_many(
                 ) from None
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
-    notifier.notify([queue.id])
-    return _answers(rows, stored)
 
 
 _EMPTY_PAYLOAD = jsonsafe.encoded_size([[], {}])

@@ -96,7 +96,9 @@ _MICROSECOND = timedelta(microseconds=1)
 # insert took; one array parameter per column (``unnest``) was dumped element by element
 # by the driver, in Python, and every column read back: the rows are known here already,
 # so only which ones went in is asked.
-def _insert_document(dialect: str) -> TextualSelect:
+def _insert_document(dialect: str, *, guarded: bool = False) -> TextualSelect:
+    """The insert; ``guarded``, it inserts only while the queue row is at ``:revision``
+    (and holds that row, shared, until it commits, as a change of the queue would)."""
     names = ", ".join(f'"{name}"' for name in (*OWN, *SHARED, "created_at"))
     shared = ", ".join(f":{name}" for name in SHARED)
     if dialect == "postgresql":
@@ -106,10 +108,14 @@ def _insert_document(dialect: str) -> TextualSelect:
         created = "CAST(:created_at AS timestamptz) + u.us * interval '1 microsecond'"
         shape = ", ".join(f'"{name}" {kind}' for name, kind in {**OWN, "us": "int8"}.items())
         source = f"json_to_recordset(CAST(:rows AS json)) AS u({shape})"
+        if guarded:
+            source += ", queue"
     else:  # SQLite: the JSON functions are built in; WHERE true parses the upsert after it
         own = ", ".join(f"json_extract(value, '$.{name}')" for name in OWN)
         created = "json_extract(value, '$.created_at')"  # as the column's type writes it
         source = "json_each(:rows) WHERE true"
+        if guarded:
+            source = f"json_each(:rows) WHERE EXISTS (SELECT 1 FROM queues WHERE {_AT})"
     sql = (
         f"INSERT INTO invocations ({names}) SELECT {own}, {shared}, {created} FROM {source} "
         "ON CONFLICT (queue_id, key) DO NOTHING RETURNING id"
@@ -122,11 +128,18 @@ def _insert_document(dialect: str) -> TextualSelect:
             "FROM (SELECT 1 FROM inserted LIMIT 1) AS any_row) "
             "SELECT id FROM inserted, (SELECT count(*) FROM woken) AS once"
         )
+        if guarded:
+            queue = f"queue AS (SELECT 1 FROM queues WHERE {_AT} FOR SHARE)"
+            sql = sql.replace("WITH ", f"WITH {queue}, ", 1)
     times = [bindparam(name, type_=C[name].type) for name in ("available_at", "created_at")]
     return text(sql).bindparams(*times[: 2 if dialect == "postgresql" else 1]).columns(C.id)
 
 
+_AT = "id = :queue_id AND revision = :revision"  # the queue row, as a submit last saw it
 _INSERT = {dialect: _insert_document(dialect) for dialect in ("postgresql", "sqlite")}
+_INSERT_GUARDED = {
+    dialect: _insert_document(dialect, guarded=True) for dialect in ("postgresql", "sqlite")
+}
 
 
 def json_text(value: Any) -> str:
@@ -200,6 +213,20 @@ async def insert_many(
         stored[row["id"]] if row["id"] in inserted else by_key[(row["queue_id"], row["key"])]
         for row in rows
     ]
+
+
+async def insert_one_at(
+    conn: AsyncConnection, row: dict[str, Any], revision: int
+) -> dict[str, Any] | None:
+    """Insert ``row`` (as :func:`insert_many` takes it) only while its queue's row is at
+    ``revision``, with its wake-up; one statement. Returns the stored row, or ``None``
+    when nothing went in: the queue moved on (or is gone), or ``row``'s key is taken.
+    What a submit decided from a copy of the queue holds only while the queue is still
+    that copy; the caller then takes the full path, which reads the queue."""
+    statement = _INSERT_GUARDED["postgresql" if _is_pg(conn) else "sqlite"]
+    parameters = {**_parameters(conn, [row]), "revision": revision}
+    inserted = (await conn.execute(statement, parameters)).scalars().all()
+    return {**row, **_UNSET} if inserted else None
 
 
 async def get(conn: AsyncConnection, namespace_id: str, invocation_id: str) -> RowMapping | None:

@@ -46,10 +46,19 @@ async def get_queue(
     """The queue by name. ``lock`` (PostgreSQL) holds its row until the transaction ends:
     submits to one queue then take turns, so a depth check and the insert it admits are
     not interleaved with another submit's, nor with a state change (draining)."""
+    found = await get_queue_at(conn, namespace_id, name, lock=lock)
+    return found[0] if found else None
+
+
+async def get_queue_at(
+    conn: AsyncConnection, namespace_id: str, name: str, *, lock: bool = False
+) -> tuple[Queue, int] | None:
+    """:func:`get_queue`, with the row's ``revision`` (which every write of its spec or
+    state moves): what a copy of the queue kept elsewhere is checked against."""
     query = _BY_NAME_LOCKED if lock and conn.dialect.name == "postgresql" else _BY_NAME
     found = await conn.execute(query, {"namespace_id": namespace_id, "name": name})
     row = found.mappings().first()
-    return queue_from_row(row) if row else None
+    return (queue_from_row(row), row["revision"]) if row else None
 
 
 async def list_queues(

@@ -65,6 +65,7 @@ async def submit(
         block_s=wait_s,
         max_payload_bytes=state.settings.max_payload_bytes,
         caller=caller,
+        known=state.queues,
     )
     if created:
         state.metrics.submitted.labels(ns.name, name).inc()
@@ -108,6 +109,7 @@ async def submit_batch(
         block_s=wait_s,
         max_payload_bytes=state.settings.max_payload_bytes,
         caller=caller,
+        known=state.queues,
     )
     made = sum(1 for _, created in results if created)
     if made:
