@@ -37,7 +37,6 @@ from lakeshore.errors import Gone, NotFound
 from lakeshore.services.invocations import to_json
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
-from lakeshore.store import leases as lease_store
 from lakeshore.store import workers as worker_store
 from lakeshore.store.engine import Store
 
@@ -201,13 +200,11 @@ async def claim_in(
         # the controller is stopping it: nothing more, and a quick re-check so the
         # waiting claim answers 410 as soon as the retirement is done
         return Attempt(retiring=True)
-    running = await lease_store.running_count(conn, worker.id)
+    running, claimable = await worker_store.claim_view(conn, worker.id, worker.namespace_id)
     free = min(limit, worker.holds - running)
     if free <= 0:
         return Attempt()
-    queues = _claimable_by(
-        worker.caller, await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
-    )
+    queues = _claimable_by(worker.caller, claimable)
     subscribed = [q for q in queues if q["own"]]
     own = [q for q in subscribed if q["state"] != "paused"]
     claimed = await _lease(conn, own, worker.id, free, now, lease_s, expired)

@@ -22,7 +22,6 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
-    func,
     or_,
     select,
     text,
@@ -333,12 +332,3 @@ async def hand_back(
         .returning(C.queue_id)
     )
     return [str(queue_id) for queue_id in done.scalars()]
-
-
-_RUNNING_COUNT = select(func.count()).where(
-    C.worker_id == bindparam("b_worker_id"), C.state == "running"
-)
-
-
-async def running_count(conn: AsyncConnection, worker_id: str) -> int:
-    return int((await conn.execute(_RUNNING_COUNT, {"b_worker_id": worker_id})).scalar_one())

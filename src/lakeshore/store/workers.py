@@ -184,6 +184,14 @@ def _claimable_query() -> Select[Any]:
 
 
 _CLAIMABLE = _claimable_query()
+# the same rows, each with the count of invocations the worker is running (one round
+# trip less a claim: the count is read once, in the same statement)
+_CLAIMABLE_RUNNING = _CLAIMABLE.add_columns(
+    select(func.count())
+    .where(invocations.c.worker_id == bindparam("worker_id"), invocations.c.state == "running")
+    .scalar_subquery()
+    .label("running")
+)
 
 
 async def claimable_queues(
@@ -204,6 +212,17 @@ async def claimable_queues(
     """
     params = {"worker_id": worker_id, "namespace_id": namespace_id}
     return list((await conn.execute(_CLAIMABLE, params)).mappings())
+
+
+async def claim_view(
+    conn: AsyncConnection, worker_id: str, namespace_id: str
+) -> tuple[int, list[RowMapping]]:
+    """What a claim decides on, in one statement: how many invocations the worker is
+    running, and :func:`claimable_queues`. With no claimable queue the count is not read
+    (0): there is nothing to claim either way."""
+    params = {"worker_id": worker_id, "namespace_id": namespace_id}
+    rows = list((await conn.execute(_CLAIMABLE_RUNNING, params)).mappings())
+    return (int(rows[0]["running"]) if rows else 0), rows
 
 
 async def idle_since(conn: AsyncConnection, worker_id: str) -> datetime | None:
