@@ -8,9 +8,7 @@ under ``lakeshore daemon run``:
 2. ``--invocations`` no-op invocations one after another through one warm child;
 3. ``--invocations`` no-op invocations through ``--children`` warm children at once, read
    on an event loop as the daemon does, with the CPU each side spends per invocation
-   (this process, and the children's own from ``/proc``); then the same with a waiting
-   invocation queued behind a running one in its child (pipelined, as the daemon does
-   with ``--prefetch``);
+   (this process, and the children's own from ``/proc``);
 4. for comparison, a child started by each of multiprocessing's start methods (``fork``,
    ``forkserver``, ``spawn``) running one no-op: ``fork`` is also what the daemon did per
    invocation before the pool.
@@ -37,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import lakeshore.cli.main  # noqa: F401  (the daemon's imports, loaded as in a daemon)
 from lakeshore.daemon import runner
 from lakeshore.daemon.pool import Pool
-from lakeshore.daemon.worker import BEHIND, SLOT, Places
 
 NOOP = "tests.udfs:noop"
 
@@ -79,35 +76,16 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-async def through_warm_children(
-    invocations: int, children: int, pipelined: bool
-) -> tuple[float, float, float]:
-    """Seconds, and CPU per invocation of this process and of the children (ms).
-    ``pipelined``: a waiting invocation may queue behind a running one, as the daemon's
-    prefetched ones do (its slots, :class:`~lakeshore.daemon.worker.Places`)."""
+async def through_warm_children(invocations: int, children: int) -> tuple[float, float, float]:
+    """Seconds, and CPU per invocation of this process and of the children (ms)."""
     pool = Pool(loop=asyncio.get_running_loop())
     pool.warm(children)
     assert await pool.warmed(60.0)
-    slots = Places(children)
-    if pipelined:
-        pool.on_room = slots.offer_behind
+    slots = asyncio.Semaphore(children)
 
     async def one() -> None:
-        place = await slots.take()
-        while True:
-            run = runner.Run(NOOP, [], {}, 30, pool=pool)
-            running = run.begin(behind=place == BEHIND)
-            outcome = None if running is None else await running
-            ticket = run.ticket
-            holds = place == SLOT
-            if running is not None and ticket is not None:
-                holds = (not ticket.queued or ticket.handed) and not ticket.passed
-            if holds:
-                slots.release()
-            if outcome is not None and outcome.begun:
-                assert outcome.ok
-                return
-            place = await slots.take(first=True)
+        async with slots:
+            assert (await runner.Run(NOOP, [], {}, 30, pool=pool).run()).ok
 
     try:
         await asyncio.gather(*(one() for _ in range(children)))  # each child has run it
@@ -158,15 +136,12 @@ def main() -> None:
         f"{args.invocations} no-ops through one warm child: {total:.2f} s, "
         f"{_ms(each)} each, {args.invocations / total:.0f}/s"
     )
-    for pipelined in (False, True):
-        total, ours, theirs = asyncio.run(
-            through_warm_children(args.invocations, args.children, pipelined)
-        )
-        print(
-            f"{args.invocations} no-ops through {args.children} warm children on an event "
-            f"loop{', pipelined' if pipelined else ''}: {args.invocations / total:.0f}/s, CPU "
-            f"per invocation {ours:.3f} ms in the daemon + {theirs:.3f} ms in the children"
-        )
+    total, ours, theirs = asyncio.run(through_warm_children(args.invocations, args.children))
+    print(
+        f"{args.invocations} no-ops through {args.children} warm children on an event loop: "
+        f"{args.invocations / total:.0f}/s, CPU per invocation {ours:.3f} ms in the daemon "
+        f"+ {theirs:.3f} ms in the children"
+    )
     for method in ("fork", "forkserver", "spawn"):
         times = multiprocessing_start(method, args.starts)
         print(f"multiprocessing {method} child, one no-op: median {_ms(statistics.median(times))}")

@@ -8,24 +8,18 @@ subreaper) so it can reap them. It takes the daemon's ``sys.path`` and imports t
 ``--preload`` modules before its first invocation; modules, and whatever they keep, stay
 for the next invocation: that is the warm state.
 
-On the connection (pickled tuples) it receives ``("run", id, fn, args, kwargs, timeout_s
-[, queued])``, ``("cancel", id)`` and ``("exit",)``. A ``queued`` run was sent
-behind the plain one the child runs (the daemon's pipelining, see :mod:`.pool`): as the
-child takes it up it sends ``("begin", id)`` (its clock starts then), or, without
-running it, ``("done", id, "cancelled", None, rss)`` if a ``cancel`` for it has come, or
-``("back", id)`` if the child's resident memory is over the daemon's limit (the
-invocation that crossed it recycles the child; this one goes to another). It sends
-``("ready", None)`` once it has started up, ``("begin", id)`` as it takes an invocation
-up (its ``timeout_s`` runs from there), ``("pause", id)`` / ``("resume", id)`` around
-set-up (preloads, a module's first import, a ``@udf(setup=...)`` hook: the
+On the connection (pickled tuples) it receives ``("run", id, fn, args, kwargs,
+timeout_s)``, ``("cancel", id)`` and ``("exit",)``. It sends ``("ready", None)`` once it
+has started up, ``("begin", id)`` as it takes
+an invocation up (its ``timeout_s`` runs from there), ``("pause", id)`` / ``("resume",
+id)`` around set-up (preloads, a module's first import, a ``@udf(setup=...)`` hook: the
 child warming up, not counted in ``timeout_s``), ``("kind", id, "plain" | "async")`` once
 it has imported ``fn`` (``begin`` and ``kind`` only for a function it has not run yet: the
 daemon, which knows which functions a child has run, starts the clock of the others),
 ``("item", id, json)`` per item streamed, and ``("done", id, kind, payload, rss)`` where
 ``kind`` is ``ok``, ``error``, ``timeout`` or ``cancelled``.
 
-A plain function runs on the main thread, alone (the daemon sends nothing else meanwhile
-but one ``queued`` run and its ``cancel``);
+A plain function runs on the main thread, alone (the daemon sends nothing else meanwhile);
 ``async def`` ones run on an event loop kept for the child's life, several at once
 (:meth:`Child._serve_async`), each under its own ``asyncio.timeout``. When the child is
 idle, what its UDFs left running in its group is killed and reaped.
@@ -36,7 +30,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import select
 import signal
 import sys
 import time
@@ -61,11 +54,7 @@ class Channel:
         self.outbox: list[tuple[Any, ...]] = []
 
     def send(self, message: tuple[Any, ...]) -> None:
-        if self.outbox:  # after what was kept, in order
-            self.outbox.append(message)
-            self.flush()
-        else:
-            self._write(wire.pack(message))
+        self._write(wire.pack(message))
 
     def later(self, message: tuple[Any, ...]) -> bool:
         """Keep a message for :meth:`flush`; whether it is the first kept."""
@@ -89,11 +78,6 @@ class Channel:
                 return None
         return self.inbox.popleft()
 
-    def poll(self) -> None:
-        """Read what has come, without waiting for more."""
-        if select.select([self.fd], [], [], 0)[0]:
-            self.read()
-
     def read(self) -> bool:
         """One read (it waits only if nothing has come); False at the end."""
         try:
@@ -107,9 +91,8 @@ class Channel:
 
 
 class Child:
-    def __init__(self, conn: Channel, preload: list[str], max_rss: int | None = None) -> None:
+    def __init__(self, conn: Channel, preload: list[str]) -> None:
         self.conn = conn
-        self.max_rss = max_rss  # over it, a queued run goes back to the daemon
         self.preload = list(preload)  # still to import (a failure is tried again)
         self.known: set[str] = set()  # functions imported here: no begin, no kind for them
         self.set_up: set[int] = set()  # id() of each hook that ran to its end here
@@ -141,47 +124,11 @@ class Child:
 
     def serve(self) -> None:
         while not self.exiting:
-            message = self.waiting.pop(0) if self.waiting else self._next()
+            message = self.waiting.pop(0) if self.waiting else self.conn.receive()
             if message is None or message[0] == "exit":
-                self.conn.flush()
                 return
             if message[0] == "run":
-                self._take(*message[1:])
-
-    def _next(self) -> tuple[Any, ...] | None:
-        """The next message. A plain run's ``done`` is kept until then: if a run queued
-        behind it has come, its ``begin`` goes in the same write (one wake-up of the
-        daemon for both); otherwise it goes before the child waits."""
-        conn = self.conn
-        if not conn.inbox and conn.outbox:
-            conn.poll()
-        if not conn.inbox:
-            conn.flush()
-        return conn.receive()
-
-    def _take(
-        self,
-        tid: str,
-        fn: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        timeout_s: Any,
-        queued: bool = False,
-    ) -> None:
-        if queued:
-            self.conn.poll()  # a cancel of it that has come meanwhile
-            cancel = ("cancel", tid)
-            if cancel in self.conn.inbox:
-                self.conn.inbox.remove(cancel)
-                self.conn.later(("done", tid, "cancelled", None, linux.rss_bytes()))
-                return
-            if self.max_rss is not None and linux.rss_bytes() > self.max_rss:
-                self.conn.later(("back", tid))  # the daemon recycles this child
-                return
-            if fn in self.known and not self.preload:  # else _prepare says begin
-                self.conn.later(("begin", tid))
-        self.conn.flush()
-        self._run(tid, fn, args, kwargs, timeout_s)
+                self._run(*message[1:])
 
     def _prepare(self, tid: str, fn: str) -> Any:
         """Preloads still to do, then import ``fn``: its target, or an error reply. The
@@ -220,22 +167,17 @@ class Child:
                 fn, target, args, kwargs, self._emitter(tid), self.loop.run_until_complete
             )
         self._clean_group()
-        self._done(tid, reply, later=True)
+        self._done(tid, reply)
 
     def _emitter(self, tid: str, soon: bool = False) -> Callable[[str], None]:
         send = self.send_soon if soon else self.send
         return lambda text: send("item", tid, text)
 
-    def _done(self, tid: str, reply: Reply, soon: bool = False, later: bool = False) -> None:
-        """``later``: kept for the next write (:meth:`_next`), which follows at once."""
+    def _done(self, tid: str, reply: Reply, soon: bool = False) -> None:
         for stream in (sys.stdout, sys.stderr):  # what the UDF printed, to the daemon's log
             with contextlib.suppress(Exception):
                 stream.flush()
-        message = ("done", tid, reply[0], reply[1], linux.rss_bytes())
-        if later:
-            self.conn.later(message)
-        else:
-            (self.send_soon if soon else self.send)(*message)
+        (self.send_soon if soon else self.send)("done", tid, reply[0], reply[1], linux.rss_bytes())
 
     def _set_up(self, tid: str, target: Any) -> Reply | None:
         """Run the target's set-up hook unless it ran here already; an error reply if it
@@ -417,7 +359,7 @@ def main(argv: list[str]) -> None:
     sys.path[:] = init["path"]  # import UDFs as the daemon would
     conn.send(("ready", None))  # started up: the daemon may claim work for it
     try:
-        Child(conn, init["preload"], init.get("max_rss")).serve()
+        Child(conn, init["preload"]).serve()
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):

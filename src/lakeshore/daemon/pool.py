@@ -16,17 +16,6 @@ ends). When a child's connection ends (it crashed, exited, was killed for a time
 a lost lease, or was recycled), its group is killed and reaped on a thread of its own,
 and every invocation it still ran is told it ``died``; the next invocation starts a new
 child.
-
-Pipelining (``submit(..., behind=True)``): a plain invocation may be sent to a child
-that runs another plain one, to wait in the child's socket until that one ends, so the
-child goes straight on to it (one wake-up of the child, and one of the daemon, for two
-invocations). Only behind a short function (its last run took under :data:`SHORT_S`), of
-a function known to be plain and already run by that child, one at a time, and not if
-it would take the child past ``max_invocations_per_child``. Such a ticket is ``queued``
-until the child says ``begin`` (its clock starts then); a child that ends first hands
-it ``back`` (it never ran: it goes to another child, no attempt spent), and so does a
-child over its memory limit. When the one ahead ends, its place (the daemon's slot) is
-``passed`` to the queued one.
 """
 
 from __future__ import annotations
@@ -51,9 +40,6 @@ from lakeshore.daemon.sentinel import Sentinel, kill_group
 
 log = logging.getLogger("lakeshore.daemon")
 
-DEPTH = 2  # invocations a child holds at most: the one it runs and one queued
-SHORT_S = 0.02  # only invocations behind a function whose last run was shorter queue
-
 
 @dataclass(frozen=True)
 class PoolConfig:
@@ -77,10 +63,6 @@ class Ticket:
     warm: bool = False  # its child has run ``fn`` before: it sends no ``begin`` for it
     post: Callable[[tuple[Any, ...]], None] | None = None  # called on the pool's loop
     messages: queue.Queue[tuple[Any, ...]] = field(init=False)  # without a ``post``
-    queued: bool = False  # sent behind another invocation in its child
-    began: float | None = None  # when its child took it up (monotonic), where known
-    handed: bool = False  # queued, and the one ahead of it ended: it has that one's place
-    passed: bool = False  # it ended and its child went on to the one queued behind it
 
     def __post_init__(self) -> None:
         if self.post is None:
@@ -150,9 +132,6 @@ class Pool:
         self._ready_waiters: list[asyncio.Future[None]] = []
         self.started = 0  # children started, over the pool's life
         self.closed = False
-        self._last_s: dict[str, float] = {}  # each function's last run, in seconds
-        # called on the loop when a child may take an invocation queued behind its own
-        self.on_room: Callable[[], None] | None = None
 
     @property
     def children(self) -> list[int]:
@@ -167,64 +146,28 @@ class Pool:
         kwargs: dict[str, Any],
         timeout_s: Any,
         post: Callable[[tuple[Any, ...]], None] | None = None,
-        behind: bool = False,
-    ) -> Ticket | None:
+    ) -> Ticket:
         """Send an invocation to the child that takes it, starting one if none can;
         what the child says of it goes to ``post`` (by default the ticket's
-        ``messages``). ``behind``: queue it behind a running one instead (see the
-        module's doc), or None if no child may take it so."""
+        ``messages``)."""
         with self._lock:
             if self.closed:
                 raise RuntimeError("the pool is closed")
-            if behind:
-                found = self._behind(fn)
-                if found is None:
-                    return None
-                child = found
-            else:
-                views = [child.view() for child in self._children]
-                index = placement.choose(
-                    views, fn, self._kinds.get(fn), self.config.async_concurrency
-                )
-                child = self._start() if index is None else self._children[index]
+            views = [child.view() for child in self._children]
+            index = placement.choose(views, fn, self._kinds.get(fn), self.config.async_concurrency)
+            child = self._start() if index is None else self._children[index]
             ticket = Ticket(
                 str(next(self._ids)),
                 fn,
                 child,
                 self._kinds.get(fn),
-                warm=not behind and fn in child.seen,
+                warm=fn in child.seen,
                 post=post,
-                queued=behind,
             )
-            if ticket.warm:
-                ticket.began = time.monotonic()
             child.tickets[ticket.id] = ticket
             child.seen.add(fn)
-        if behind:
-            child.send("run", ticket.id, fn, args, kwargs, timeout_s, True)
-        else:
-            child.send("run", ticket.id, fn, args, kwargs, timeout_s)
-            if self.on_room is not None and ticket.kind == "plain":
-                self.on_room()
+        child.send("run", ticket.id, fn, args, kwargs, timeout_s)
         return ticket
-
-    def _behind(self, fn: str) -> ChildProcess | None:
-        """A child an invocation of ``fn`` may queue in (the lock held)."""
-        if self._kinds.get(fn) != "plain" or self._last_s.get(fn, SHORT_S) >= SHORT_S:
-            return None
-        most = self.config.max_invocations_per_child
-        for child in self._children:
-            held = len(child.tickets)
-            if child.retiring or not 0 < held < DEPTH or fn not in child.seen:
-                continue
-            if most is not None and child.invocations + held + 1 > most:
-                continue
-            ahead = next(iter(child.tickets.values()))
-            if ahead.queued and not ahead.handed:
-                continue
-            if ahead.kind == "plain" and self._last_s.get(ahead.fn, SHORT_S) < SHORT_S:
-                return child
-        return None
 
     def warm(self, count: int) -> None:
         """Start children until ``count`` are live, and keep that many: one that ends (a
@@ -352,13 +295,7 @@ class Pool:
         if self._sentinel is not None:
             self._sentinel.add(process.pid)
         child = ChildProcess(process, ours)
-        most_mb = self.config.max_memory_per_child_mb
-        init = {
-            "path": list(sys.path),
-            "preload": list(self.config.preload),
-            "max_rss": None if most_mb is None else int(most_mb * placement.MIB),
-        }
-        child.send("init", init)
+        child.send("init", {"path": list(sys.path), "preload": list(self.config.preload)})
         return child
 
     # --- on the loop --------------------------------------------------------------------
@@ -401,7 +338,11 @@ class Pool:
     def _take(self, child: ChildProcess, message: tuple[Any, ...]) -> None:
         kind, tid = message[0], message[1]
         if kind == "ready":
-            self._ready(child)
+            child.ready = True
+            if self._ready_waiters and self._all_ready():
+                for waiter in self._ready_waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
             return
         ticket = child.tickets.get(tid)
         if ticket is None:
@@ -411,37 +352,12 @@ class Pool:
                 ticket.kind = message[2]
                 self._kinds[ticket.fn] = message[2]
             return
-        if kind == "begin":
-            ticket.began = time.monotonic()
-        if kind == "back":  # queued, never run: it goes to another child
-            with self._lock:
-                child.tickets.pop(tid, None)
-                retire = child.retiring and not child.tickets
+        if kind != "done":
             ticket.tell(message)
-            if retire:
-                child.send("exit")
-        elif kind == "done":
-            self._done(child, ticket, message)
-        else:
-            ticket.tell(message)
-
-    def _ready(self, child: ChildProcess) -> None:
-        child.ready = True
-        if self._ready_waiters and self._all_ready():
-            for waiter in self._ready_waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-
-    def _done(self, child: ChildProcess, ticket: Ticket, message: tuple[Any, ...]) -> None:
-        """An invocation ended: count it, pass its place on to the one queued behind it,
-        recycle the child if it is due."""
-        tid = ticket.id
-        room = False
+            return
         with self._lock:
             child.tickets.pop(tid, None)
-            if ticket.began is not None:
-                child.invocations += 1
-                self._last_s[ticket.fn] = time.monotonic() - ticket.began
+            child.invocations += 1
             child.rss = message[4]
             if placement.recycle(
                 child.invocations,
@@ -450,15 +366,8 @@ class Pool:
                 max_memory_mb=self.config.max_memory_per_child_mb,
             ):
                 child.retiring = True
-            if child.tickets and (not ticket.queued or ticket.handed):
-                following = next(iter(child.tickets.values()))
-                if following.queued and not following.handed:
-                    ticket.passed = following.handed = True  # its place goes on
-                    room = not child.retiring and self.on_room is not None
             retire = child.retiring and not child.tickets
         ticket.tell(message)
-        if room and self.on_room is not None:
-            self.on_room()
         if retire:
             log.info(
                 "recycling child %d after %d invocation(s), %d MiB resident",
@@ -530,9 +439,8 @@ class _Starter:
 
 
 def _tell_died(tickets: list[Ticket]) -> None:
-    """A queued invocation its child had not begun goes back (it never ran)."""
     for ticket in tickets:
-        ticket.tell(("back" if ticket.queued and ticket.began is None else "died", ticket.id))
+        ticket.tell(("died", ticket.id))
 
 
 def _running_on(loop: asyncio.AbstractEventLoop) -> bool:

@@ -12,12 +12,6 @@ starts another for the next invocation. An ``async def`` invocation shares its c
 others, so it is cancelled inside the child instead (its own ``asyncio.timeout``, or a
 ``cancel`` message); only a child that does not give way within :data:`GIVE_WAY_S` is
 killed, and the other invocations it ran fail as a crash would (and are retried).
-
-A run queued behind another in a child (:meth:`Run.begin` with ``behind``, see
-:mod:`.pool`) has no clock until its child begins it; stopped before that, it is
-cancelled in the child without touching the one ahead (begun meanwhile, it is killed as
-any plain run is); handed back by its child (which ended, or was recycled, first), its
-outcome says it never ``begun``, and the daemon runs it elsewhere.
 """
 
 from __future__ import annotations
@@ -47,7 +41,6 @@ class Outcome:
     result: Any = None
     error: dict[str, Any] = field(default_factory=dict)
     retry: bool = True
-    begun: bool = True  # False: queued in a child that never took it up (run it elsewhere)
 
 
 def check_preload(module: str) -> None:
@@ -95,7 +88,6 @@ class Run:
 
     def start(self) -> None:
         self._ticket = self.pool.submit(self.fn, self._args, self._kwargs, self.timeout_s)
-        assert self._ticket is not None
         if self._killed:
             self.kill()
 
@@ -120,26 +112,19 @@ class Run:
     async def run(self) -> Outcome:
         """Start and wait on the running event loop (see :meth:`begin`)."""
         try:
-            running = self.begin()
-            assert running is not None  # not queued behind: always placed
-            return await running
+            return await self.begin()
         finally:
             if self._own_pool:
                 await asyncio.to_thread(self.pool.close)
 
-    @property
-    def ticket(self) -> Ticket | None:
-        return self._ticket
-
-    def begin(self, behind: bool = False) -> asyncio.Future[Outcome] | None:
+    def begin(self) -> asyncio.Future[Outcome]:
         """Start on the running event loop; the future of its outcome. A pool that reads
         its children on this loop (the daemon's) hands each message straight to the
         waiter, and a timer of the loop stands for its time-out: no thread, no task and
-        no queue take part in the invocation (``kill`` still works from any thread).
-        ``behind``: queue it behind a running invocation; None if no child may take it
-        so."""
+        no queue take part in the invocation (``kill`` still works from any thread)."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
+        here = threading.get_ident()
         timer: list[asyncio.TimerHandle] = []  # the one pending, if any
 
         def step(message: tuple[Any, ...] | None) -> None:
@@ -156,36 +141,21 @@ class Run:
             if wait_s is not None:
                 timer.append(loop.call_later(wait_s, step, None))
 
-        post = _poster(loop, step)
+        def post(message: tuple[Any, ...]) -> None:
+            if threading.get_ident() == here:  # the pool reads its children on this loop
+                step(message)
+                return
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(step, message)
 
-        ticket = self.pool.submit(
-            self.fn, self._args, self._kwargs, self.timeout_s, post=post, behind=behind
+        self._ticket = self.pool.submit(
+            self.fn, self._args, self._kwargs, self.timeout_s, post=post
         )
-        if ticket is None:
-            return None
-        self._ticket = ticket
-        waiter = _Waiter(self, ticket)
+        waiter = _Waiter(self, self._ticket)
         settle(None)  # the timer of its start, or of its time-out
         if self._killed:
             self.kill()
         return done
-
-
-def _poster(
-    loop: asyncio.AbstractEventLoop, step: Callable[[tuple[Any, ...]], None]
-) -> Callable[[tuple[Any, ...]], None]:
-    """A ticket's ``post``: ``step`` at once on the loop's own thread (the pool reads its
-    children on this loop), else handed to the loop."""
-    here = threading.get_ident()
-
-    def post(message: tuple[Any, ...]) -> None:
-        if threading.get_ident() == here:
-            step(message)
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-            loop.call_soon_threadsafe(step, message)
-
-    return post
 
 
 class _Waiter:
@@ -198,7 +168,7 @@ class _Waiter:
         self.paused: float | None = run.timeout_s  # time left while it waits or sets up
         self.ending: str | None = None  # "timeout" or "stopped", once decided
         # until then a child must have begun, an async run ended, a killed child be gone
-        self.give_way: float | None = None if ticket.queued else time.monotonic() + START_S
+        self.give_way: float | None = time.monotonic() + START_S
         self.began = False
         if ticket.warm:  # a child that ran it before takes it up at once, and says nothing
             self._clock("begin")
@@ -225,18 +195,12 @@ class _Waiter:
                 self.run.on_item(json.loads(message[2]))
         elif kind in ("begin", "pause", "resume"):
             self._clock(kind)
-            if kind == "begin" and self.ending == "stopped" and not self.killing:
-                self._kill("stopped")  # queued, stopped, and begun before the cancel came
         elif kind == "kill":
             self._end("stopped")
         elif kind == "done":
             return self._done(message[2], message[3])
         elif kind == "died":
             return self._died()
-        elif kind == "back":
-            if self.ending is not None or self.run._killed:
-                return self._died()
-            return Outcome(ok=False, begun=False)
         return None
 
     def _clock(self, kind: str) -> None:
@@ -279,18 +243,11 @@ class _Waiter:
         if self.ticket.kind == "async":
             self.run.pool.cancel(self.ticket)
             self.give_way = time.monotonic() + GIVE_WAY_S
-        elif self.ticket.queued and not self.began:
-            # still behind another in its child: cancelled there as the child comes to
-            # it, the one ahead untouched (no time-out can run out before it begins)
-            self.run.pool.cancel(self.ticket)
         else:
-            self._kill(why)
-
-    def _kill(self, why: str) -> None:
-        self.killing = True
-        said = "past its timeout" if why == "timeout" else "stopped"
-        self.run.pool.kill(self.ticket.child, f"{self.run.fn} ran {said}")
-        self.give_way = time.monotonic() + BURIAL_S  # for the "died" to come
+            self.killing = True
+            said = "past its timeout" if why == "timeout" else "stopped"
+            self.run.pool.kill(self.ticket.child, f"{self.run.fn} ran {said}")
+            self.give_way = time.monotonic() + BURIAL_S  # for the "died" to come
 
     def _done(self, kind: str, payload: Any) -> Outcome:
         if kind not in ("ok", "error") and self.ending == "timeout":

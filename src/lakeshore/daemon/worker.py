@@ -14,7 +14,6 @@ invocation is reported once.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import signal
@@ -76,7 +75,7 @@ class Daemon:
     executor: ThreadPoolExecutor = field(init=False)
     closing: bool = False  # the background tasks are being stopped
     sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
-    slots: Places = field(init=False)  # --capacity: what runs at once
+    slots: asyncio.Semaphore = field(init=False)  # --capacity: what runs at once
     prefetched: set[str] = field(default_factory=set)  # held, waiting for a slot
     pool: Pool | None = None  # the process runner's children
     threads: Threads | None = None  # the thread runner
@@ -95,15 +94,13 @@ class Daemon:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self.stop.set)
             linux.become_subreaper()
-        self.slots = Places(self.config.capacity)
+        self.slots = asyncio.Semaphore(self.config.capacity)
         self.sentinel.start()
         if self.config.runner == daemon_runners.THREAD:
             self.threads = Threads(self.config.pool.preload)
         else:
             loop = asyncio.get_running_loop()  # the children are read on the daemon's loop
             self.pool = Pool(self.config.pool, self.sentinel, loop=loop)
-            if self.config.prefetch:  # prefetched work may queue behind running work
-                self.pool.on_room = self.slots.offer_behind
         try:
             return await self._serve()
         finally:
@@ -392,23 +389,16 @@ class Daemon:
         return True
 
     async def _execute(self, invocation: dict[str, Any]) -> None:
-        first = False
-        while True:
-            self.prefetched.add(invocation["id"])
-            try:  # prefetched work waits here (a cancel ends the wait)
-                place = await self.slots.take(first=first)
-            finally:
-                self.prefetched.discard(invocation["id"])
-            holds = [place == SLOT]  # whether it holds a slot, as the run goes on
-            try:
-                outcome = await self._run(invocation, holds, behind=place == BEHIND)
-            finally:
-                if holds[0]:
-                    self.slots.release()  # the run is over: a prefetched invocation starts
-                    # now, not once the report's round trip is done
-            if outcome is not None and outcome.begun:
-                break
-            first = True  # no child could queue it, or one handed it back unrun: again
+        self.prefetched.add(invocation["id"])
+        try:
+            await self.slots.acquire()  # prefetched work waits here (a cancel ends the wait)
+        finally:
+            self.prefetched.discard(invocation["id"])
+        try:
+            outcome = await self._run(invocation)
+        finally:
+            self.slots.release()  # the run is over: a prefetched invocation starts now,
+            # not once the report's round trip is done
         # from here on the child is done: a heartbeat that no longer lists it (the report
         # was recorded before its answer came back) must not cancel the report
         self.reporting.add(invocation["id"])
@@ -417,13 +407,7 @@ class Daemon:
         finally:
             self.reporting.discard(invocation["id"])
 
-    async def _run(
-        self, invocation: dict[str, Any], holds: list[bool], behind: bool = False
-    ) -> runner.Outcome | None:
-        """Its outcome; None if it was to queue ``behind`` a running one and no child
-        could take it so. ``holds[0]`` follows whether it holds a slot: a queued run is
-        handed the slot of the one ahead as that one ends, and passes its own on the
-        same way to the one queued behind it."""
+    async def _run(self, invocation: dict[str, Any]) -> runner.Outcome:
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
         items = ItemSender(self.http, f"{base}/stream")
         call = (invocation["fn"], invocation["args"], invocation["kwargs"])
@@ -434,11 +418,7 @@ class Daemon:
             running = asyncio.get_running_loop().run_in_executor(self.executor, run)
         else:  # waited for on this loop: no thread per invocation
             run = runner.Run(*call, invocation["timeout_s"], items.put, self.pool)
-            begun = run.begin(behind)
-            if begun is None:
-                items.cancel()
-                return None
-            running = begun
+            running = run.begin()
         try:
             outcome = await asyncio.shield(running)
             await items.close()
@@ -451,9 +431,6 @@ class Daemon:
             raise
         finally:
             items.cancel()
-            ticket = run.ticket if isinstance(run, runner.Run) else None
-            if ticket is not None:
-                holds[0] = (not ticket.queued or ticket.handed) and not ticket.passed
         if items.error is not None:
             outcome = runner.Outcome(ok=False, error=items.error, retry=False)
         return outcome
@@ -484,60 +461,6 @@ async def _cancelled(task: asyncio.Task[None], *, every_s: float = 1.0) -> None:
         await asyncio.wait({task}, timeout=every_s)
     if not task.cancelled() and task.exception() is not None:
         log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
-
-
-SLOT = "slot"
-BEHIND = "behind"
-
-
-class Places:
-    """``--capacity`` slots, each an invocation running, taken in turn (an
-    ``asyncio.Semaphore`` that can also offer a waiter a place queued behind a running
-    invocation, from :attr:`Pool.on_room`: :data:`BEHIND` instead of :data:`SLOT`)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.free = capacity
-        self._waiters: collections.deque[asyncio.Future[str]] = collections.deque()
-
-    async def take(self, first: bool = False) -> str:
-        """A slot, or a place behind: wait for one (``first``: ahead of the others)."""
-        if self.free > 0 and not self._waiters:
-            self.free -= 1
-            return SLOT
-        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        if first:
-            self._waiters.appendleft(waiter)
-        else:
-            self._waiters.append(waiter)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():  # given, and not taken: on
-                if waiter.result() == SLOT:
-                    self.release()
-                else:
-                    self.offer_behind()
-            raise
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-
-    def release(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(SLOT)
-                return
-        self.free += 1
-
-    def offer_behind(self) -> None:
-        """A child may take one queued behind its running invocation: the first waiter
-        tries (it waits again, first, if no child takes it)."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(BEHIND)
-                return
 
 
 WARM_UP_S = 10.0  # the longest a daemon waits for its children before its first claim
