@@ -190,8 +190,12 @@ async def claim_in(
     what :func:`worker_store.touch` answered, when the caller touched the worker first
     (its row is locked before any invocation's, as a heartbeat locks them). ``expired``
     counts the work expired on the way (queue id → how many)."""
+    view: tuple[int, list[Any]] | None = None
     if seen is _UNTOUCHED:
-        seen = await worker_store.touch(conn, worker.id, now)
+        seen, running, rows = await worker_store.touch_and_view(
+            conn, worker.id, worker.namespace_id, now
+        )
+        view = (running, rows)
     if seen is None:  # retired (or dropped) while this claim waited
         if await worker_store.is_retired(conn, worker.id):
             raise Gone(f'worker "{worker.id}" was retired', field="id")
@@ -200,7 +204,9 @@ async def claim_in(
         # the controller is stopping it: nothing more, and a quick re-check so the
         # waiting claim answers 410 as soon as the retirement is done
         return Attempt(retiring=True)
-    running, claimable = await worker_store.claim_view(conn, worker.id, worker.namespace_id)
+    if view is None:
+        view = await worker_store.claim_view(conn, worker.id, worker.namespace_id)
+    running, claimable = view
     free = min(limit, worker.holds - running)
     if free <= 0:
         return Attempt()

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from psycopg.rows import dict_row
 from sqlalchemy import (
     RowMapping,
     bindparam,
@@ -18,6 +19,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import BindParameter
@@ -223,6 +225,49 @@ async def claim_view(
     params = {"worker_id": worker_id, "namespace_id": namespace_id}
     rows = list((await conn.execute(_CLAIMABLE_RUNNING, params)).mappings())
     return (int(rows[0]["running"]) if rows else 0), rows
+
+
+def _for_psycopg(statement: Any, *given: str) -> tuple[str, dict[str, Any]]:
+    """``statement`` as psycopg runs it: its text, and the values of its parameters but
+    the ``given`` ones (its fixed lists, as ``state IN (…)``, spelled out)."""
+    compiled = statement.compile(dialect=psycopg_dialect())  # type: ignore[no-untyped-call]
+    expanded = compiled.construct_expanded_state({name: "" for name in given})
+    fixed = {k: v for k, v in expanded.parameters.items() if k not in given}
+    return expanded.statement, fixed
+
+
+_TOUCH_PG = str(_TOUCH.compile(dialect=psycopg_dialect()))  # type: ignore[no-untyped-call]
+_CLAIMABLE_RUNNING_PG, _CLAIMABLE_FIXED = _for_psycopg(
+    _CLAIMABLE_RUNNING, "worker_id", "namespace_id"
+)
+
+
+async def touch_and_view(
+    conn: AsyncConnection, worker_id: str, namespace_id: str, now: datetime
+) -> tuple[bool | None, int, list[Any]]:
+    """:func:`touch`, then :func:`claim_view` (each row a mapping): what a claim starts
+    with. On PostgreSQL both go out at once, behind the transaction's ``BEGIN``, in one
+    round trip where they were three: pipelined, they still run one after the other, so
+    the worker's row is locked (and any claim that held it committed) before its running
+    count is read."""
+    if conn.dialect.name != "postgresql":
+        seen = await touch(conn, worker_id, now)
+        if seen is None:
+            return None, 0, []
+        running, rows = await claim_view(conn, worker_id, namespace_id)
+        return seen, running, rows
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert driver is not None
+    view = {**_CLAIMABLE_FIXED, "worker_id": worker_id, "namespace_id": namespace_id}
+    async with driver.pipeline():
+        touched = await driver.execute(_TOUCH_PG, {"b_id": worker_id, "b_now": now})
+        listed = driver.cursor(row_factory=dict_row)
+        await listed.execute(_CLAIMABLE_RUNNING_PG, view)
+    retiring = await touched.fetchone()
+    if retiring is None:
+        return None, 0, []
+    rows = await listed.fetchall()
+    return bool(retiring[0]), (int(rows[0]["running"]) if rows else 0), rows
 
 
 async def idle_since(conn: AsyncConnection, worker_id: str) -> datetime | None:
