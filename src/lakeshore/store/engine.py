@@ -56,8 +56,9 @@ def async_url(url: URL) -> URL:
     return url.set(drivername="sqlite+aiosqlite") if url.get_backend_name() == "sqlite" else url
 
 
-def _sqlite_setup(engine: Any) -> None:
-    """WAL, foreign keys, a busy timeout, and transactions Lakeshore opens itself.
+def _sqlite_setup(engine: Any, *, foreign_keys: bool = True) -> None:
+    """WAL, foreign keys (unless told not: see :func:`migrate`), a busy timeout, and
+    transactions Lakeshore opens itself.
 
     The stdlib driver's own transaction handling is switched off so that a write starts
     with ``BEGIN IMMEDIATE``: it waits for the write lock up front instead of failing
@@ -70,7 +71,7 @@ def _sqlite_setup(engine: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
         cursor.execute("PRAGMA busy_timeout=10000")
         cursor.close()
 
@@ -150,10 +151,17 @@ def head_revision() -> str | None:
 
 
 def migrate(url: URL) -> None:
-    """Bring the schema to the newest revision (idempotent; safe with concurrent servers)."""
+    """Bring the schema to the newest revision (idempotent; safe with concurrent servers).
+
+    On SQLite the migrations run with foreign keys off, as SQLite asks of one that
+    rebuilds a table (its only way to drop a constraint): with them on, dropping the
+    old copy would first delete its rows, and cascade to the tables that refer to it.
+    Such a migration checks the keys itself before it commits (``PRAGMA
+    foreign_key_check``, see 0007). The pragma cannot change inside a transaction, so
+    it is set as the connection opens, on this connection only."""
     sync = create_engine(url, poolclass=pool.NullPool)
     if url.get_backend_name() == "sqlite":
-        _sqlite_setup(sync)
+        _sqlite_setup(sync, foreign_keys=False)
     cfg = _alembic_config()
     try:
         with sync.connect() as conn:

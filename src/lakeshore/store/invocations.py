@@ -88,6 +88,9 @@ _UNSET = {
     if column.name not in (*SHARED, *OWN, "created_at")
 }
 _JSON_COLUMNS = ("args", "kwargs")
+# the conflict target of a key: the unique index holds only rows with one (0007), and
+# both stores match a partial index only when its predicate is named
+ON_KEY = "(queue_id, key) WHERE key IS NOT NULL"
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -119,7 +122,7 @@ def _insert_document(dialect: str, *, guarded: bool = False) -> TextualSelect:
             source = f"json_each(:rows) WHERE EXISTS (SELECT 1 FROM queues WHERE {_AT})"
     sql = (
         f"INSERT INTO invocations ({names}) SELECT {own}, {shared}, {created} FROM {source} "
-        "ON CONFLICT (queue_id, key) DO NOTHING RETURNING id"
+        f"ON CONFLICT {ON_KEY} DO NOTHING RETURNING id"
     )
     if dialect == "postgresql":
         # the queue's wake-up, in the same statement (one round trip less a submit): sent
@@ -211,7 +214,10 @@ async def insert_many(
         if row["id"] not in inserted and (row["queue_id"], row["key"]) not in by_key
     }
     if taken:
-        query = select(invocations).where(tuple_(C.queue_id, C.key).in_(sorted(taken)))
+        # the rows share their queue: (queue, key) pairs would be a row-value IN, which
+        # SQLite answers with a scan of the table
+        keys = sorted(key for _, key in taken)
+        query = select(invocations).where(C.queue_id == rows[0]["queue_id"], C.key.in_(keys))
         for found in (await conn.execute(query)).mappings():
             by_key[(found["queue_id"], found["key"])] = found
     return [

@@ -147,7 +147,8 @@ invocations = Table(
     "invocations",
     metadata,
     Column("id", ID, primary_key=True),
-    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    # its queue's namespace: the queue's foreign key ties the row to both (0007)
+    Column("namespace_id", ID, nullable=False),
     Column("queue_id", ID, ForeignKey("queues.id", ondelete=CASCADE), nullable=False),
     Column("queue_name", String(63), nullable=False),  # denormalized, as the model says
     Column("fn", String(512), nullable=False),
@@ -168,8 +169,16 @@ invocations = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("started_at", UTCDateTime(), nullable=True),
     Column("finished_at", UTCDateTime(), nullable=True),
-    # idempotency: a key is unique per namespace + queue (a queue id implies both)
-    UniqueConstraint("queue_id", "key"),
+    # idempotency: a key is unique per namespace + queue (a queue id implies both); rows
+    # without a key (most) are not indexed (0007)
+    Index(
+        "ix_invocations_queue_id_key",
+        "queue_id",
+        "key",
+        unique=True,
+        sqlite_where=text("key IS NOT NULL"),
+        postgresql_where=text("key IS NOT NULL"),
+    ),
     # per-state counts for stats, a queue's invocations of some states, newest first, and
     # the next claimable invocation per queue (fifo / filo: state = 'pending', in order)
     Index(None, "queue_id", "state", "created_at", "id"),

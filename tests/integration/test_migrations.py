@@ -1,0 +1,191 @@
+"""Migrations over a store that holds rows, on SQLite and PostgreSQL: an upgrade in place
+keeps every row, and leaves the schema the tables describe."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Connection, Engine, create_engine, delete, insert, inspect, pool, select
+from sqlalchemy.exc import IntegrityError
+
+from lakeshore.store.engine import _alembic_config, _sqlite_setup, migrate, parse_url
+from lakeshore.store.tables import invocations, metadata, namespaces, queues, stream_items
+from tests.conftest import BACKENDS, create_pg_database, drop_pg_database
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store never migrated, on each backend in turn."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'lakeshore.db'}"
+        return
+    server: str = request.getfixturevalue("pg_server")
+    url = create_pg_database(server)
+    yield url
+    drop_pg_database(server, url)
+
+
+def _engine(url: str, *, foreign_keys: bool = True) -> Engine:
+    engine = create_engine(parse_url(url), poolclass=pool.NullPool)
+    if engine.dialect.name == "sqlite":
+        _sqlite_setup(engine, foreign_keys=foreign_keys)
+    return engine
+
+
+def _alembic(url: str, action: str, revision: str) -> None:
+    """Up or down to ``revision``, as :func:`migrate` runs migrations (on SQLite with
+    foreign keys off, as a rebuild needs)."""
+    engine = _engine(url, foreign_keys=False)
+    cfg = _alembic_config()
+    with engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        getattr(command, action)(cfg, revision)
+        conn.commit()
+    engine.dispose()
+
+
+def _invocation(id: str, queue: str, key: str | None, **more: Any) -> dict[str, Any]:
+    return {
+        "id": id,
+        "namespace_id": f"ns_{queue}",
+        "queue_id": f"q_{queue}",
+        "queue_name": queue,
+        "fn": "m:f",
+        "args": [1, "two"],
+        "kwargs": {"priority": 3},
+        "priority": 3.0,
+        "key": key,
+        "state": "pending",
+        "attempts": 0,
+        "max_attempts": 3,
+        "available_at": NOW,
+        "created_at": NOW,
+        **more,
+    }
+
+
+def _fill(conn: Connection) -> None:
+    for name in ("a", "b"):
+        conn.execute(insert(namespaces).values(id=f"ns_{name}", name=name, created_at=NOW))
+        conn.execute(
+            insert(queues).values(
+                id=f"q_{name}",
+                namespace_id=f"ns_{name}",
+                name=name,
+                kind="fifo",
+                state="active",
+                created_at=NOW,
+                updated_at=NOW,
+            )
+        )
+    conn.execute(
+        insert(invocations),
+        [
+            _invocation("inv_1", "a", "k1"),
+            _invocation("inv_2", "a", None),
+            _invocation("inv_3", "a", None, state="succeeded", result={"ok": True}),
+            _invocation("inv_4", "b", "k1", worker_id="w_1", state="running"),
+        ],
+    )
+    conn.execute(
+        insert(stream_items),
+        [
+            {"invocation_id": "inv_1", "seq": seq, "item": {"n": seq}, "created_at": NOW}
+            for seq in range(2)
+        ],
+    )
+
+
+def _contents(conn: Connection) -> dict[str, list[Any]]:
+    return {
+        table.name: [tuple(row) for row in conn.execute(select(table).order_by(*table.primary_key))]
+        for table in (namespaces, queues, invocations, stream_items)
+    }
+
+
+def test_0007_keeps_every_row_and_drops_the_namespace_key(empty_url: str) -> None:
+    _alembic(empty_url, "upgrade", "0006")
+    engine = _engine(empty_url)
+    with engine.begin() as conn:
+        _fill(conn)
+        before = _contents(conn)
+
+    migrate(parse_url(empty_url))
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before  # stream items included: nothing cascaded
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        schema = inspect(conn)
+        assert [fk["referred_table"] for fk in schema.get_foreign_keys("invocations")] == ["queues"]
+        indexes = {ix["name"]: ix for ix in schema.get_indexes("invocations")}
+        assert indexes["ix_invocations_queue_id_key"]["unique"]
+        assert {
+            "ix_invocations_claimable_priority",
+            "ix_invocations_queue_id_state_created_at_id",
+            "ix_invocations_queue_id_created_at_id",
+            "ix_invocations_leases",
+            "ix_invocations_worker_id",
+        } <= set(indexes)
+        if conn.dialect.name == "sqlite":  # the rebuild kept each index's own definition
+            made = dict(conn.exec_driver_sql("SELECT name, sql FROM sqlite_master").all())
+            assert "priority DESC" in made["ix_invocations_claimable_priority"]
+            assert "WHERE key IS NOT NULL" in made["ix_invocations_queue_id_key"]
+            assert "WHERE state = 'running'" in made["ix_invocations_leases"]
+    engine.dispose()
+
+
+def test_0007_a_used_key_is_refused_and_a_namespace_still_takes_its_invocations(
+    empty_url: str,
+) -> None:
+    _alembic(empty_url, "upgrade", "0006")
+    engine = _engine(empty_url)
+    with engine.begin() as conn:
+        _fill(conn)
+    migrate(parse_url(empty_url))
+
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        conn.execute(insert(invocations).values(_invocation("inv_6", "a", "k1")))
+    with engine.begin() as conn:
+        conn.execute(insert(invocations).values(_invocation("inv_7", "a", None)))
+        conn.execute(insert(invocations).values(_invocation("inv_8", "a", "k2")))
+        # by way of its queues (the invocations' own namespace key is gone)
+        conn.execute(delete(namespaces).where(namespaces.c.id == "ns_a"))
+        left = conn.execute(select(invocations.c.id).order_by(invocations.c.id)).scalars()
+        assert list(left) == ["inv_4"]
+        assert conn.execute(select(stream_items)).all() == []  # inv_1's went with it
+    engine.dispose()
+
+
+def test_0007_downgrades_and_upgrades_again_with_the_rows(empty_url: str) -> None:
+    migrate(parse_url(empty_url))
+    engine = _engine(empty_url)
+    with engine.begin() as conn:
+        _fill(conn)
+        before = _contents(conn)
+
+    _alembic(empty_url, "downgrade", "0006")
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        schema = inspect(conn)
+        assert sorted(fk["referred_table"] for fk in schema.get_foreign_keys("invocations")) == [
+            "namespaces",
+            "queues",
+        ]
+        assert [uq["column_names"] for uq in schema.get_unique_constraints("invocations")] == [
+            ["queue_id", "key"]
+        ]
+
+    migrate(parse_url(empty_url))
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    engine.dispose()
