@@ -11,6 +11,7 @@ from lakeshore.domain.invocations import (
     Submit,
     after_failure,
     parse_submit,
+    parse_submits,
     priority_of,
     retry_backoff_s,
 )
@@ -124,6 +125,39 @@ def test_a_nearly_plain_submit_is_refused_by_the_full_check(
 )
 def test_a_plain_submit_parses_as_the_model_validates_it(body: dict[str, Any]) -> None:
     assert parse_submit(body) == Submit.model_validate(body)
+
+
+PLAIN_BATCH = [
+    {"fn": "pkg:fn"},
+    {"fn": "pkg.mod:Cls.fn", "args": [1, "x", None, [2.5]], "kwargs": {"a": {"b": []}}},
+    {"fn": "pkg:fn", "key": "k", "max_attempts": 100, "timeout_s": 5},
+]
+PLACES = [f"invocations[{i}]" for i in range(4)]
+
+
+def test_a_batch_parses_as_its_submits_one_by_one() -> None:
+    parsed = parse_submits(PLAIN_BATCH, PLACES[:3])
+    assert parsed == [parse_submit(body) for body in PLAIN_BATCH]
+    assert all(type(submit) is Submit for submit in parsed)
+
+
+@pytest.mark.parametrize(("body", "where", "field", "message"), REFUSED_SUBMITS)
+def test_a_batch_refuses_a_bad_submit_as_it_alone_is_refused(
+    body: Any, where: str, field: str | None, message: str
+) -> None:
+    # plain (one model call for the batch) or not, the refusal names the body's place
+    with pytest.raises(InvalidInput) as alone:
+        parse_submit(body, where="invocations[3]")
+    with pytest.raises(InvalidInput) as caught:
+        parse_submits([*PLAIN_BATCH, body], PLACES)
+    assert (caught.value.field, caught.value.message) == (alone.value.field, alone.value.message)
+
+
+def test_a_batch_refuses_its_first_bad_submit() -> None:
+    bodies = [{"fn": "pkg:fn"}, {"fn": "pkg:fn", "key": ""}, {"fn": "pkg:fn\x00"}, {"fn": 1}]
+    with pytest.raises(InvalidInput) as caught:
+        parse_submits(bodies, PLACES)
+    assert caught.value.field == "invocations[1].key"
 
 
 def test_a_refusal_outside_a_batch_names_the_field_alone() -> None:

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from lakeshore import logs
 from lakeshore.domain import access, admission, cursors, jsonsafe
 from lakeshore.domain.ids import new_id
-from lakeshore.domain.invocations import Submit, parse_submit, priority_of
+from lakeshore.domain.invocations import Submit, parse_submits, priority_of
 from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
 from lakeshore.errors import Conflict, InvalidInput, LakeshoreError, NotFound, TooManyRequests
@@ -245,7 +245,7 @@ async def submit_many(
         raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
     now = now.astimezone(UTC)  # the answers' times read as the store's would
     places = _places(len(bodies))
-    submits = [parse_submit(body, where=place) for body, place in zip(bodies, places, strict=True)]
+    submits = parse_submits(bodies, places)
     if max_payload_bytes is not None:
         _check_sizes(submits, max_payload_bytes)
     if known is not None and len(submits) == 1:
