@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore import logs
 from lakeshore.domain import access, admission, cursors, jsonsafe
-from lakeshore.domain.ids import new_id
+from lakeshore.domain.ids import new_id, new_ids
 from lakeshore.domain.invocations import Submit, parse_submits, priority_of
 from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
@@ -141,18 +141,23 @@ def _rows(
     """The rows to insert, one per submit, in order."""
     field = queue.spec.kind_params.priority_field if queue.spec.kind_params else None
     ordered = queue.spec.kind in PRIORITY_ORDERED
+    ids = new_ids("inv", len(submits))
     rows = []
     for position, (submit, where) in enumerate(zip(submits, places, strict=True)):
+        kwargs = submit.kwargs
         rows.append(
             {
-                "id": new_id("inv"),
+                "id": ids[position],
                 "namespace_id": ns.id,
                 "queue_id": queue.id,
                 "queue_name": queue.name,
                 "fn": submit.fn,
                 "args": submit.args,
-                "kwargs": submit.kwargs,
-                "priority": priority_of(submit.kwargs, field, ordered=ordered, where=where),
+                "kwargs": kwargs,
+                # no kwargs (a common submit), no priority
+                "priority": priority_of(kwargs, field, ordered=ordered, where=where)
+                if kwargs
+                else 0.0,
                 "key": submit.key,
                 "state": "pending",
                 "attempts": 0,
