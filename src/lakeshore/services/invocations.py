@@ -237,6 +237,7 @@ async def submit_many(
     now: datetime,
     *,
     block_s: float = 10.0,
+    ids_only: bool = False,
     max_payload_bytes: int | None = None,
     caller: Principal | None = None,
     known: KnownQueues | None = None,
@@ -245,7 +246,8 @@ async def submit_many(
     was already used in this queue returns the invocation that holds it. A full queue
     whose ``on_full`` is ``block`` is retried for up to ``block_s`` seconds, then 429.
     ``caller`` is held to the queue's ``authPolicy.submit`` (403). ``known`` keeps the
-    queues submits read, for a single submit to be decided in one statement."""
+    queues submits read, for a single submit to be decided in one statement.
+    ``ids_only``: each invocation is answered as its ``{"id": …}`` alone."""
     if not 1 <= len(bodies) <= MAX_BATCH:
         raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
     now = now.astimezone(UTC)  # the answers' times read as the store's would
@@ -265,7 +267,7 @@ async def submit_many(
     if known is not None:
         known[(ns.id, queue.name)] = (queue, revision)
     notifier.notify([queue.id])
-    return _answers(rows, stored)
+    return _answers(rows, stored, ids_only=ids_only)
 
 
 async def _submit_reading_queue(
@@ -334,14 +336,17 @@ def _check_sizes(submits: Sequence[Submit], max_payload_bytes: int) -> None:
 
 
 def _answers(
-    rows: Sequence[dict[str, Any]], stored: Sequence[Any]
+    rows: Sequence[dict[str, Any]], stored: Sequence[Any], *, ids_only: bool = False
 ) -> list[tuple[dict[str, Any], bool]]:
-    """Each submit's invocation and whether it was created by it: a key twice in one
-    batch is created once, and the second gets the same invocation."""
-    new_ids = {row["id"] for row in rows}
+    """Each submit's invocation (``ids_only``: its id alone, what the SDK asks of a
+    batch, without turning each row into JSON for nothing) and whether it was created
+    by it: a key twice in one batch is created once, and the second gets the same
+    invocation."""
+    made = {row["id"] for row in rows}
     answers, seen = [], set()
     for row in stored:
-        answers.append((to_json(row), row["id"] in new_ids and row["id"] not in seen))
+        invocation = {"id": row["id"]} if ids_only else to_json(row)
+        answers.append((invocation, row["id"] in made and row["id"] not in seen))
         seen.add(row["id"])
     return answers
 

@@ -107,6 +107,7 @@ async def submit_batch(
         items,
         state.clock(),
         block_s=wait_s,
+        ids_only=answer == "ids",
         max_payload_bytes=state.settings.max_payload_bytes,
         caller=caller,
         known=state.queues,
