@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
 from lakeshore.api import head
+from lakeshore.api.answers import json_answer
 from lakeshore.api.deps import Caller, InNamespace, State
 from lakeshore.errors import InvalidInput
 from lakeshore.services import invocations as inv_service
@@ -24,19 +23,6 @@ WaitS = Annotated[
     Query(ge=0, le=60, description="A full queue with on_full: block is waited on this long"),
 ]
 StateFilter = Literal["pending", "running", "succeeded", "failed", "cancelled", "expired"]
-
-
-def _json(content: Any, status_code: int) -> Response:
-    """``content`` as JSON, encoded by orjson: FastAPI's encoder walked each of a batch's
-    1,000 invocations field by field. An integer past 64 bits (orjson refuses those) is
-    left to the standard library, as the framework's own response would."""
-    try:
-        body = orjson.dumps(content)
-    except TypeError:  # orjson.JSONEncodeError is a TypeError
-        body = json.dumps(
-            content, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        ).encode()
-    return Response(body, status_code=status_code, media_type="application/json")
 
 
 @router.post(
@@ -69,7 +55,7 @@ async def submit(
     )
     if created:
         state.metrics.submitted.labels(ns.name, name).inc()
-    return _json(invocation, 201 if created else 200)
+    return json_answer(invocation, 201 if created else 200)
 
 
 @router.post(
@@ -119,7 +105,7 @@ async def submit_batch(
         invocation if answer == "invocations" else {"id": invocation["id"]}
         for invocation, _ in results
     ]
-    return _json({"invocations": invocations, "created": [c for _, c in results]}, 201)
+    return json_answer({"invocations": invocations, "created": [c for _, c in results]}, 201)
 
 
 @router.get("/queues/{name}/invocations", summary="List a queue's invocations, newest first")

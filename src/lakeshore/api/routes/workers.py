@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from lakeshore.api.answers import json_answer
 from lakeshore.api.deps import Caller, State
 from lakeshore.domain import jsonsafe
 from lakeshore.domain.invocations import Report
@@ -53,10 +54,14 @@ async def _watch_hangup(request: Request, gone: asyncio.Event) -> None:
             return
 
 
-@router.post("/{worker_id}/claim", summary="Long-poll for invocations (at most 20 s)")
+@router.post(
+    "/{worker_id}/claim",
+    summary="Long-poll for invocations (at most 20 s)",
+    response_model=dict[str, Any],
+)
 async def claim(
     worker_id: str, request: Request, state: State, caller: Caller, body: ClaimIn | None = None
-) -> dict[str, Any]:
+) -> Response:
     """Up to ``max`` (default: the worker's capacity) invocations as soon as any is
     claimable, or none after ``timeout_s`` (at most 20 s). An empty answer carries
     ``next_in_s``: the seconds until pending work in the worker's queues may be claimed
@@ -82,12 +87,12 @@ async def claim(
     finally:
         watcher.cancel()
     if claimed:
-        return {"invocations": claimed}
+        return json_answer({"invocations": claimed})
     # nothing now: when pending work will be claimable (a retry's backoff), or null
     next_in_s = await worker_service.next_claimable_in_s(
         state.store, caller, worker_id, state.clock()
     )
-    return {"invocations": claimed, "next_in_s": next_in_s}
+    return json_answer({"invocations": claimed, "next_in_s": next_in_s})
 
 
 @router.post("/{worker_id}/bye", summary="Leave: hand back what the worker holds")
@@ -200,8 +205,12 @@ class ReportIn(BaseModel):
     claim: Annotated[int, Field(ge=0, le=10_000)] = 0
 
 
-@router.post("/{worker_id}/results", summary="Report many outcomes, then claim more")
-async def report(worker_id: str, state: State, caller: Caller, body: ReportIn) -> dict[str, Any]:
+@router.post(
+    "/{worker_id}/results",
+    summary="Report many outcomes, then claim more",
+    response_model=dict[str, Any],
+)
+async def report(worker_id: str, state: State, caller: Caller, body: ReportIn) -> Response:
     """Each item is ``{"id", "result"}`` (succeeded) or ``{"id", "error", "retry"}`` (a
     failed attempt), recorded in one transaction if the worker still holds it; the answer
     gives each its new ``state``, or ``refused`` (``not_held``, ``too_large``,
@@ -237,7 +246,7 @@ async def report(worker_id: str, state: State, caller: Caller, body: ReportIn) -
             refused[item.id] = {"refused": "invalid", "message": str(exc)}
         else:
             reports.append(Report(item.id, result=result))
-    return await worker_service.report(
+    answer = await worker_service.report(
         state.store,
         state.notifier,
         caller,
@@ -249,6 +258,7 @@ async def report(worker_id: str, state: State, caller: Caller, body: ReportIn) -
         lease_s=state.settings.lease_s,
         metrics=state.metrics,
     )
+    return json_answer(answer)
 
 
 @router.post(
