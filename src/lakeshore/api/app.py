@@ -76,19 +76,48 @@ async def _create_demo_queue(store: Store, now: datetime) -> None:
 
 
 async def _reap_forever(
-    store: Store, clock: Clock, interval_s: float, metrics: Metrics | None = None
+    store: Store,
+    clock: Clock,
+    interval_s: float,
+    metrics: Metrics | None = None,
+    *,
+    working: asyncio.Lock | None = None,
 ) -> None:
     """Return expired leases and drop silent workers, every ``interval_s``; a failed sweep
-    is logged and the next one runs on time."""
+    is logged and the next one runs on time. ``working`` is held through each sweep."""
+    working = working or asyncio.Lock()
     while True:
         await asyncio.sleep(interval_s)
         try:
-            counts = await reaper.reap(store, clock(), metrics)
+            async with working:
+                counts = await reaper.reap(store, clock(), metrics)
         except Exception:
             log.exception("reaper sweep failed")
             continue
         if any(counts.values()):
             log.info("reaper: %s", counts)
+
+
+STOP_WAIT_S = 10.0  # the longest shutdown waits for a loop's step to end
+
+
+async def _stop_between_steps(task: asyncio.Task[None], working: asyncio.Lock | None) -> None:
+    """Cancel a background loop between two of its steps (a tick, a sweep), waiting up to
+    :data:`STOP_WAIT_S` for the one under way. A step cancelled in the middle of a
+    transaction can leave its connection unreturned until the garbage collector finds it;
+    on SQLite that connection keeps the write lock, and the shutdown's own writes (the
+    local daemons' launch records) then fail with "database is locked"."""
+    held = False
+    if working is not None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STOP_WAIT_S):
+                await working.acquire()
+                held = True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    if held and working is not None:
+        working.release()
 
 
 async def _start_listener(
@@ -169,36 +198,32 @@ def create_app(
             sessions=Sessions(token),
             wakeups_listening=listening,
         )
-        tasks = []
+        # background loops, each with the lock it holds through a step (None: no store
+        # transaction to finish, cancelled at once)
+        tasks: list[tuple[asyncio.Task[None], asyncio.Lock | None]] = []
         if listening is not None:
-            tasks.append(await _start_listener(url, notifier, listening))
+            tasks.append((await _start_listener(url, notifier, listening), None))
         log.info(
             "lakeshore %s serving on %s", __version__, url.render_as_string(hide_password=True)
         )
         if settings.reaper_interval_s > 0:
-            tasks.append(
-                asyncio.create_task(
-                    _reap_forever(store, clock, settings.reaper_interval_s, metrics),
-                    name="lakeshore-reaper",
-                )
+            sweeping = asyncio.Lock()
+            reaping = _reap_forever(
+                store, clock, settings.reaper_interval_s, metrics, working=sweeping
             )
+            tasks.append((asyncio.create_task(reaping, name="lakeshore-reaper"), sweeping))
         if settings.elasticity_enabled:
-            tasks.append(
-                asyncio.create_task(
-                    elasticity_loop.run_forever(
-                        controller, leadership, settings.elasticity_interval_s
-                    ),
-                    name="lakeshore-controller",
-                )
+            ticking = asyncio.Lock()
+            controlling = elasticity_loop.run_forever(
+                controller, leadership, settings.elasticity_interval_s, working=ticking
             )
+            tasks.append((asyncio.create_task(controlling, name="lakeshore-controller"), ticking))
         try:
             yield
         finally:
+            for task, working in tasks:
+                await _stop_between_steps(task, working)
             await leadership.release()
-            for task in tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
             await controller.close()
             await overview.close()
             if local_fleet:

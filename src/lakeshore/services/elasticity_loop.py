@@ -32,19 +32,29 @@ log = logging.getLogger("lakeshore.controller")
 ACTING_SHARE: Final = 0.8  # of the interval, for a tick's launches and kills
 
 
-async def run_forever(controller: Controller, leadership: Leadership, interval_s: float) -> None:
+async def run_forever(
+    controller: Controller,
+    leadership: Leadership,
+    interval_s: float,
+    *,
+    working: asyncio.Lock | None = None,
+) -> None:
+    """Tick until cancelled. ``working`` is held through each tick and each nudge: whoever
+    takes it stops the loop between two of them (see ``lakeshore.api.app``)."""
     loop = asyncio.get_running_loop()
     next_at = loop.time()
-    nudges = _Nudges(controller)
+    working = working or asyncio.Lock()
+    nudges = _Nudges(controller, working)
     led = Led(unpinned=False, pinned=False)
     try:
         with controller.notifier.tapped(nudges.heard):
             while True:
                 try:
-                    led = await leadership.try_lead()
-                    if led.anything:
-                        budget = max(0.0, next_at + interval_s * ACTING_SHARE - loop.time())
-                        _log(await controller.tick(led, budget_s=budget))
+                    async with working:
+                        led = await leadership.try_lead()
+                        if led.anything:
+                            budget = max(0.0, next_at + interval_s * ACTING_SHARE - loop.time())
+                            _log(await controller.tick(led, budget_s=budget))
                 except Exception:
                     log.exception("elasticity tick failed; the next one runs on schedule")
                 next_at += interval_s
@@ -59,8 +69,9 @@ class _Nudges:
     """Submits heard between ticks: a queue the last tick left at zero
     (:attr:`Controller.at_zero`) has its scope planned at once, not at the next tick."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: Controller, working: asyncio.Lock) -> None:
         self.controller = controller
+        self.working = working
         self.scopes: set[tuple[str, str]] = set()
         self.heard_one = asyncio.Event()
 
@@ -83,7 +94,9 @@ class _Nudges:
             if not led.anything:
                 continue  # another replica leads: its own loop hears the submit
             try:
-                _log(await self.controller.nudge(scopes, led, budget_s=interval_s * ACTING_SHARE))
+                async with self.working:
+                    budget = interval_s * ACTING_SHARE
+                    _log(await self.controller.nudge(scopes, led, budget_s=budget))
             except Exception:
                 log.exception("planning %d scope(s) after a submit failed", len(scopes))
 
