@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
@@ -547,3 +547,52 @@ async def test_a_claim_whose_caller_hung_up_leases_nothing(
     )
     assert claimed == []
     assert len(await claim(api, worker)) == 1  # still pending, so a live claim gets it
+
+
+async def test_a_claim_counts_what_its_worker_runs_after_taking_the_workers_row(
+    api: httpx.AsyncClient, store: Store
+) -> None:
+    """PostgreSQL, where claims of one worker run at once (its long-poll, the claims its
+    reports carry): a claim counts what the worker runs only once it holds the worker's
+    row. Here another transaction holds that row and leases three invocations to the
+    worker while the claim waits for it; the claim then finds one slot free of four, not
+    four."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite has one writer at a time: claims of one worker never overlap")
+    batch = [{"fn": "m:f", "args": [i]} for i in range(10)]
+    await api.post(f"{NS}/queues/q/invocations/batch", json={"invocations": batch})
+    worker = await hello(api, ["q"], capacity=4)
+    async with store.engine.connect() as other:
+        key = (
+            await other.execute(
+                text("UPDATE workers SET last_seen_at = now() WHERE name = :n RETURNING id"),
+                {"n": worker},
+            )
+        ).scalar_one()
+        claiming = asyncio.create_task(claim(api, worker))
+        async with store.engine.connect() as watch:
+            for _ in range(500):  # bounded: until the claim waits for the worker's row
+                waiting = await watch.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database()"
+                    )
+                )
+                if waiting.scalar_one():
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                pytest.fail("the claim never waited for the worker's row")
+            await watch.commit()
+        await other.execute(
+            text(
+                "UPDATE invocations SET state = 'running', worker_id = :w, attempts = 1,"
+                " started_at = now(), lease_expires_at = now() + interval '1 minute'"
+                " WHERE id IN (SELECT id FROM invocations WHERE state = 'pending'"
+                " ORDER BY created_at LIMIT 3)"
+            ),
+            {"w": key},
+        )
+        await other.commit()
+        claimed = await claiming
+    assert len(claimed) == 1
