@@ -103,10 +103,10 @@ STOP_WAIT_S = 10.0  # the longest shutdown waits for a loop's step to end
 
 async def _stop_between_steps(task: asyncio.Task[None], working: asyncio.Lock | None) -> None:
     """Cancel a background loop between two of its steps (a tick, a sweep), waiting up to
-    :data:`STOP_WAIT_S` for the one under way. A step cancelled in the middle of a
-    transaction can leave its connection unreturned until the garbage collector finds it;
-    on SQLite that connection keeps the write lock, and the shutdown's own writes (the
-    local daemons' launch records) then fail with "database is locked"."""
+    :data:`STOP_WAIT_S` for the one under way, so no transaction of the loop's is still
+    open when the shutdown's own writes (the local daemons' launch records) begin. They
+    once failed on SQLite with "database is locked" after the loops had been cancelled
+    wherever they stood."""
     held = False
     if working is not None:
         with contextlib.suppress(TimeoutError):
