@@ -63,18 +63,23 @@ def app_state(request: Request) -> AppState:
 _bearer = HTTPBearer(auto_error=False, description="A namespace token, or the admin token.")
 
 
+async def _caller(
+    state: AppState, request: Request, credentials: HTTPAuthorizationCredentials | None
+) -> Principal:
+    presented = credentials.credentials if credentials else None
+    caller = await state.callers.authenticate(presented)
+    route = request.scope.get("route")
+    caller.require_scope(getattr(route, "path", None) or request.scope["path"])
+    return caller
+
+
 async def principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The caller, checked against the route it asked for: every route that takes a token
     comes through here, so a worker token is refused everywhere but the worker routes."""
-    state = app_state(request)
-    presented = credentials.credentials if credentials else None
-    caller = await state.callers.authenticate(presented)
-    route = request.scope.get("route")
-    caller.require_scope(getattr(route, "path", None) or request.scope["path"])
-    return caller
+    return await _caller(app_state(request), request, credentials)
 
 
 async def namespace(
@@ -84,6 +89,30 @@ async def namespace(
 ) -> Namespace:
     state = app_state(request)
     return await ns_service.resolve(state.store, caller, ns, state.namespaces)
+
+
+@dataclass(frozen=True)
+class Submitting:
+    """What a submit needs of its request: the app's state, the caller and its
+    namespace, in one dependency (FastAPI resolves each dependency of a route on every
+    request: the chain of four :data:`InNamespace`, :data:`State` and :data:`Caller`
+    make was a tenth of a single submit's time on the server)."""
+
+    state: AppState
+    caller: Principal
+    ns: Namespace
+
+
+async def submitting(
+    ns: str,
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Submitting:
+    state = app_state(request)
+    caller = await _caller(state, request, credentials)
+    return Submitting(
+        state, caller, await ns_service.resolve(state.store, caller, ns, state.namespaces)
+    )
 
 
 async def _state(request: Request) -> AppState:
@@ -96,3 +125,4 @@ State = Annotated[AppState, Depends(_state)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 Caller = Annotated[Principal, Depends(principal)]
 InNamespace = Annotated[Namespace, Depends(namespace)]
+Submit = Annotated[Submitting, Depends(submitting)]

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from lakeshore.api import head
 from lakeshore.api.answers import json_answer
-from lakeshore.api.deps import Caller, InNamespace, State
+from lakeshore.api.deps import Caller, InNamespace, State, Submit
 from lakeshore.errors import InvalidInput
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import streams as stream_service
@@ -34,12 +34,11 @@ StateFilter = Literal["pending", "running", "succeeded", "failed", "cancelled", 
 )
 async def submit(
     name: str,
-    ns: InNamespace,
-    state: State,
-    caller: Caller,
+    to: Submit,
     body: Annotated[Any, Body()],
     wait_s: WaitS = 10.0,
 ) -> Response:
+    state, ns, caller = to.state, to.ns, to.caller
     [(invocation, created)] = await inv_service.submit_many(
         state.store,
         state.notifier,
