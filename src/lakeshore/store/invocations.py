@@ -35,12 +35,12 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines
 from lakeshore.store import wakeups
+from lakeshore.store.driver import psycopg_of, psycopg_text
 from lakeshore.store.isolated import isolated
 from lakeshore.store.tables import invocations, queues, stream_items
 
@@ -145,9 +145,7 @@ _INSERT_GUARDED = {
     dialect: _insert_document(dialect, guarded=True) for dialect in ("postgresql", "sqlite")
 }
 # the same, as psycopg takes it (%(name)s placeholders, the times' casts)
-_GUARDED_PG = str(
-    _INSERT_GUARDED["postgresql"].compile(dialect=psycopg_dialect())  # type: ignore[no-untyped-call]
-)
+_GUARDED_PG, _ = psycopg_text(_INSERT_GUARDED["postgresql"])
 
 
 def json_text(value: Any) -> str:
@@ -235,9 +233,10 @@ async def insert_one_at(
     What a submit decided from a copy of the queue holds only while the queue is still
     that copy; the caller then takes the full path, which reads the queue."""
     parameters = {**_parameters(conn, [row]), "revision": revision}
+    inserted: Sequence[Any]
     if _is_pg(conn):  # on the driver: SQLAlchemy's own work was a third of a submit's
-        driver = (await conn.get_raw_connection()).driver_connection
-        assert driver is not None and driver.autocommit, "one statement, its own transaction"
+        driver = await psycopg_of(conn)
+        assert driver.autocommit, "one statement, its own transaction"
         found = await driver.execute(_GUARDED_PG, parameters, prepare=True)
         inserted = await found.fetchall()
     else:

@@ -19,11 +19,11 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import BindParameter
 
+from lakeshore.store.driver import psycopg_of, psycopg_text
 from lakeshore.store.tables import (
     invocations,
     launches,
@@ -227,19 +227,8 @@ async def claim_view(
     return (int(rows[0]["running"]) if rows else 0), rows
 
 
-def _for_psycopg(statement: Any, *given: str) -> tuple[str, dict[str, Any]]:
-    """``statement`` as psycopg runs it: its text, and the values of its parameters but
-    the ``given`` ones (its fixed lists, as ``state IN (…)``, spelled out)."""
-    compiled = statement.compile(dialect=psycopg_dialect())  # type: ignore[no-untyped-call]
-    expanded = compiled.construct_expanded_state({name: "" for name in given})
-    fixed = {k: v for k, v in expanded.parameters.items() if k not in given}
-    return expanded.statement, fixed
-
-
-_TOUCH_PG = str(_TOUCH.compile(dialect=psycopg_dialect()))  # type: ignore[no-untyped-call]
-_CLAIMABLE_RUNNING_PG, _CLAIMABLE_FIXED = _for_psycopg(
-    _CLAIMABLE_RUNNING, "worker_id", "namespace_id"
-)
+_TOUCH_PG, _ = psycopg_text(_TOUCH)
+_CLAIMABLE_RUNNING_PG, _CLAIMABLE_FIXED = psycopg_text(_CLAIMABLE_RUNNING)
 
 
 async def touch_and_view(
@@ -256,8 +245,7 @@ async def touch_and_view(
             return None, 0, []
         running, rows = await claim_view(conn, worker_id, namespace_id)
         return seen, running, rows
-    driver = (await conn.get_raw_connection()).driver_connection
-    assert driver is not None
+    driver = await psycopg_of(conn)
     view = {**_CLAIMABLE_FIXED, "worker_id": worker_id, "namespace_id": namespace_id}
     async with driver.pipeline():
         touched = await driver.execute(_TOUCH_PG, {"b_id": worker_id, "b_now": now})
@@ -266,8 +254,8 @@ async def touch_and_view(
     retiring = await touched.fetchone()
     if retiring is None:
         return None, 0, []
-    rows = await listed.fetchall()
-    return bool(retiring[0]), (int(rows[0]["running"]) if rows else 0), rows
+    found = await listed.fetchall()
+    return bool(retiring[0]), (int(found[0]["running"]) if found else 0), found
 
 
 async def idle_since(conn: AsyncConnection, worker_id: str) -> datetime | None:
