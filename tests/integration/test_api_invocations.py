@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.exc import OperationalError
 
+from lakeshore.services import invocations as inv_service
 from lakeshore.store import invocations as inv_store
 from tests.conftest import FakeClock
 
@@ -268,3 +271,78 @@ async def test_a_single_submit_to_a_known_queue_is_one_statement_that_sees_every
     assert (await api.post(inv("known"), json={"fn": "m:f"})).status_code == 409
     stats = (await api.get(f"{NS}/queues/known/stats")).json()
     assert stats["pending"] == 3
+
+
+async def test_a_known_queues_single_submit_is_answered_before_the_routes(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first submit to a queue reads it through the route; the next ones are answered
+    under the framework (api/fast_submit.py), with what a read of them returns, and a
+    body sent in pieces is read whole."""
+    routed: list[int] = []
+    real = inv_service.submit_many
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        routed.append(len(args[5]))
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(inv_service, "submit_many", spy)
+    await submit(api, "warm")
+    answers = [await submit(api, "warm", args=[n], kwargs={"n": n}) for n in range(3)]
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for piece in (b'{"fn": "tests.udfs:echo", ', b'"args": ["in pieces"]', b"}"):
+            yield piece
+
+    pieced = await api.post(
+        inv("warm"), content=pieces(), headers={"Content-Type": "application/json"}
+    )
+    assert pieced.status_code == 201, pieced.text
+    assert pieced.json()["args"] == ["in pieces"]
+    assert routed == [1]  # only the first went through the route
+    for answer in [*answers, pieced.json()]:
+        assert (await api.get(f"{NS}/invocations/{answer['id']}")).json() == answer
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "words"),
+    [
+        (b'{"fn": "m:f"', {}, 400, "request body is not valid JSON"),
+        (b'[{"fn": "m:f"}]', {}, 422, "an invocation is a JSON object"),
+        (b'{"fn": "no colon"}', {}, 422, "fn"),
+        (b'{"fn": "m:f", "max_attempts": 0}', {}, 422, "max_attempts"),
+        (b'{"fn": "m:f"}', {"Authorization": "Bearer nope"}, 401, "invalid or missing token"),
+    ],
+)
+async def test_what_cannot_succeed_at_once_is_refused_by_the_route_with_its_body(
+    api: httpx.AsyncClient, body: bytes, headers: dict[str, str], status: int, words: str
+) -> None:
+    """A request the fast path cannot answer reaches the route with the body it read,
+    sent in pieces or not, and gets the route's refusal; nothing is stored."""
+    await submit(api, "warm")  # known: the fast path would take a good submit
+
+    async def pieces() -> AsyncIterator[bytes]:
+        yield body[:5]
+        yield body[5:]
+
+    for content in (body, pieces()):
+        sent = {"Content-Type": "application/json", **headers}
+        refused = await api.post(inv("warm"), content=content, headers=sent)
+        assert refused.status_code == status, refused.text
+        assert words in refused.json()["error"]["message"]
+    stats = (await api.get(f"{NS}/queues/warm/stats")).json()
+    assert stats["pending"] == 1
+
+
+async def test_a_store_that_fails_under_the_fast_path_is_a_503(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await submit(api, "warm")
+
+    async def down(*_: Any) -> Any:
+        raise OperationalError("INSERT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(inv_store, "insert_one_at", down)
+    answer = await api.post(inv("warm"), json={"fn": "m:f"})
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "store_unavailable"

@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL
 from lakeshore import __version__, files
 from lakeshore.api import errors, openapi
 from lakeshore.api.deps import AppState, Clock
+from lakeshore.api.fast_submit import FastSubmit
 from lakeshore.api.head import HeadAsGet
 from lakeshore.api.inputs import TextOnly
 from lakeshore.api.limits import BodySizeLimit
@@ -241,6 +242,8 @@ def create_app(
         swagger_ui_oauth2_redirect_url=None,  # bearer tokens only: no OAuth2 page
     )
     errors.install(app)
+    # a single submit that can only succeed is answered under the routes
+    app.add_middleware(FastSubmit, route=invocations.submit_route)
     app.add_middleware(TextOnly)  # ids and names reach the store as text
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(HeadAsGet)  # all the rest see the GET

@@ -88,9 +88,14 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, message, headers=exc.headers)
 
 
-async def _store_down(_request: Request, exc: Exception) -> JSONResponse:
+def store_down(exc: Exception) -> JSONResponse:
+    """The answer to a request the database could not serve (503: retry shortly)."""
     log.error("store unavailable: %s", exc)
     return error_response(503, "store_unavailable", "the database is unavailable; retry shortly")
+
+
+async def _store_down(_request: Request, exc: Exception) -> JSONResponse:
+    return store_down(exc)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
