@@ -9,12 +9,15 @@ from typing import Any
 import httpx
 import pytest
 from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
 from sqlalchemy import insert, text
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
 from lakeshore.services import reaper
 from lakeshore.services import workers as worker_service
+from lakeshore.services.handoff import Waiting
+from lakeshore.store import invocations as inv_store
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import retired_workers
 from tests.conftest import ADMIN, FakeClock
@@ -175,13 +178,15 @@ async def test_a_paused_queue_dispatches_nothing_and_a_draining_one_does(
 
 
 @pytest.fixture
-async def rare_recheck_api(
-    settings: Settings, clock: FakeClock
-) -> AsyncIterator[httpx.AsyncClient]:
+def rare_recheck_app(settings: Settings, clock: FakeClock) -> FastAPI:
+    return create_app(settings.model_copy(update={"claim_recheck_s": 60.0}), clock=clock)
+
+
+@pytest.fixture
+async def rare_recheck_api(rare_recheck_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """The API with a fallback re-check (60 s) far past any wait of these tests: only a
     wake-up can answer a waiting claim in time."""
-    app = create_app(settings.model_copy(update={"claim_recheck_s": 60.0}), clock=clock)
-    async with LifespanManager(app) as manager:
+    async with LifespanManager(rare_recheck_app) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(
             transport=transport, base_url="http://lakeshore.test", headers=ADMIN
@@ -596,3 +601,148 @@ async def test_a_claim_counts_what_its_worker_runs_after_taking_the_workers_row(
         await other.commit()
         claimed = await claiming
     assert len(claimed) == 1
+
+
+# --- a submit handed to a waiting claim (services/handoff.py) -------------------------
+
+
+@pytest.fixture
+def room(rare_recheck_app: FastAPI, rare_recheck_api: httpx.AsyncClient) -> Waiting:
+    """The claims waiting in ``rare_recheck_api``'s server."""
+    waiting: Waiting = rare_recheck_app.state.lakeshore.waiting
+    return waiting
+
+
+async def waiting_claim(
+    api: httpx.AsyncClient, room: Waiting, worker: str, queue_id: str, timeout_s: float = 20
+) -> asyncio.Task[httpx.Response]:
+    """A long-poll claim of ``worker``, once it waits on ``queue_id``."""
+    body = {"timeout_s": timeout_s}
+    task = asyncio.create_task(api.post(f"{W}/{worker}/claim", json=body))
+    for _ in range(500):  # bounded: until the claim waits
+        if room.on(queue_id):
+            return task
+        assert not task.done(), task.result().text
+        await asyncio.sleep(0.01)
+    task.cancel()
+    pytest.fail("the claim never waited")
+
+
+async def queue_id_of(api: httpx.AsyncClient, name: str) -> str:
+    return str((await api.get(f"{NS}/queues/{name}")).json()["id"])
+
+
+async def test_a_submit_is_handed_to_the_claim_waiting_on_its_queue(
+    rare_recheck_api: httpx.AsyncClient, room: Waiting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The invocation goes in leased to the waiting worker, and the claim answers with
+    it without a claim of its own."""
+    api = rare_recheck_api
+    worker = await hello(api, ["q"])
+    await submit(api, "q")  # makes the queue, known to the server from now on
+    [first] = await claim(api, worker)
+    leases: list[str] = []
+    real = inv_store.claim
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        leases.append(kwargs["queue_id"])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(inv_store, "claim", spy)
+    waiting = await waiting_claim(api, room, worker, await queue_id_of(api, "q"))
+    leases.clear()  # the claim looked before it waited
+    handed = await submit(api, "q", args=[7])
+    answer = await asyncio.wait_for(waiting, timeout=10)  # the re-check is 60 s away
+    [got] = answer.json()["invocations"]
+    read = (await api.get(f"{NS}/invocations/{handed['id']}")).json()
+    assert handed == got == read
+    assert (got["state"], got["attempts"], got["args"]) == ("running", 1, [7])
+    assert got["worker"] == first["worker"]
+    assert got["started_at"] == got["created_at"]
+    assert leases == []  # no claim statement ran since
+    done = await api.post(f"{W}/{worker}/invocations/{got['id']}/complete", json={"result": 1})
+    assert done.json()["state"] == "succeeded"
+
+
+async def test_a_worker_that_holds_all_it_may_is_handed_nothing(
+    rare_recheck_api: httpx.AsyncClient,
+    room: Waiting,
+) -> None:
+    api = rare_recheck_api
+    worker = await hello(api, ["q"], capacity=1)
+    await submit(api, "q")
+    [held] = await claim(api, worker)
+    waiting = await waiting_claim(api, room, worker, await queue_id_of(api, "q"), 0.5)
+    later = await submit(api, "q")
+    assert later["state"] == "pending"
+    answer = await asyncio.wait_for(waiting, timeout=10)
+    assert answer.json()["invocations"] == []  # still full when it ended
+    await api.post(f"{W}/{worker}/invocations/{held['id']}/complete", json={"result": 1})
+    assert [i["id"] for i in await claim(api, worker)] == [later["id"]]
+
+
+async def test_work_pending_in_the_queue_is_not_jumped(
+    rare_recheck_api: httpx.AsyncClient, room: Waiting, clock: FakeClock
+) -> None:
+    """An invocation waiting out a retry's backoff is pending: a new submit to its
+    queue goes in pending too, behind it, not handed past it."""
+    api = rare_recheck_api
+    worker = await hello(api, ["q"])
+    backing_off = await submit(api, "q", max_attempts=2)
+    [got] = await claim(api, worker)
+    error = {"type": "E", "message": "again"}
+    await api.post(f"{W}/{worker}/invocations/{got['id']}/fail", json={"error": error})
+    waiting = await waiting_claim(api, room, worker, await queue_id_of(api, "q"))
+    later = await submit(api, "q")
+    assert later["state"] == "pending"
+    answer = await asyncio.wait_for(waiting, timeout=10)
+    assert [i["id"] for i in answer.json()["invocations"]] == [later["id"]]
+    clock.advance(worker_service.LEASE_S)
+    [again] = await claim(api, worker)
+    assert again["id"] == backing_off["id"]
+
+
+async def test_a_worker_whose_token_may_not_claim_there_is_handed_nothing(
+    rare_recheck_api: httpx.AsyncClient,
+) -> None:
+    api = rare_recheck_api
+    issued = (await api.post(f"{NS}/tokens", json={"name": "fleet"})).json()
+    fleet = {"Authorization": f"Bearer {issued['token']}"}
+    hello_body = {"queues": ["q"], "capabilities": {"max_invocations": 2}}
+    worker = (await api.post(f"{W}/hello", json=hello_body, headers=fleet)).json()["id"]
+    policy = {"authPolicy": {"claim": ["someone-else"]}}
+    assert (await api.patch(f"{NS}/queues/q", json=policy)).status_code == 200
+    known = await submit(api, "q")  # the server knows the queue as it now stands
+    await api.post(f"{NS}/invocations/{known['id']}/cancel")  # nothing pending: only
+    task = asyncio.create_task(  # the token's refusal keeps the next submit from it
+        api.post(f"{W}/{worker}/claim", json={"timeout_s": 0.5}, headers=fleet)
+    )
+    await asyncio.sleep(0.05)  # the claim waits (on nothing it may take)
+    later = await submit(api, "q")
+    assert later["state"] == "pending"
+    answer = await asyncio.wait_for(task, timeout=10)
+    assert answer.json()["invocations"] == []
+
+
+async def test_a_worker_row_held_elsewhere_sends_the_submit_in_pending_at_once(
+    rare_recheck_api: httpx.AsyncClient, room: Waiting, store: Store
+) -> None:
+    """PostgreSQL: another transaction holds the worker's row (a claim or a retirement
+    under way). The submit does not wait for it: its invocation goes in pending, and
+    the claim takes it once the row is free."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite has one writer at a time")
+    api = rare_recheck_api
+    worker = await hello(api, ["q"])
+    await submit(api, "q")
+    [_] = await claim(api, worker)
+    waiting = await waiting_claim(api, room, worker, await queue_id_of(api, "q"))
+    async with store.engine.connect() as other:
+        await other.execute(
+            text("UPDATE workers SET last_seen_at = now() WHERE name = :n"), {"n": worker}
+        )
+        later = await asyncio.wait_for(submit(api, "q"), timeout=10)
+        assert later["state"] == "pending"
+        await other.commit()
+    answer = await asyncio.wait_for(waiting, timeout=10)
+    assert [i["id"] for i in answer.json()["invocations"]] == [later["id"]]

@@ -19,6 +19,7 @@ from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.controller import Controller
+from lakeshore.services.handoff import Waiting
 from lakeshore.services.invocations import KnownQueues, RateLimiter
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
@@ -53,6 +54,8 @@ class AppState:
     )
     # queues as submits last read them (checked against the row's revision before use)
     queues: KnownQueues = field(default_factory=lambda: TTLCache(KNOWN_QUEUES_MAX, 600.0))
+    # the claims waiting here, which a submit may hand its invocation to
+    waiting: Waiting = field(default_factory=Waiting)
 
 
 def app_state(request: Request) -> AppState:

@@ -129,6 +129,7 @@ class FastSubmit:
                 state.clock(),
                 max_payload_bytes=state.settings.max_payload_bytes,
                 caller=caller,
+                waiting=state.waiting,
             )
         except (OperationalError, InterfaceError) as exc:
             scope["route"] = route

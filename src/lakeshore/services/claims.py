@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain import access
 from lakeshore.errors import Gone, NotFound
+from lakeshore.services.handoff import Waiter, Waiting
 from lakeshore.services.invocations import to_json
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
@@ -251,11 +252,14 @@ async def long_poll(
     gone: asyncio.Event | None = None,
     tried: bool = False,
     expired: dict[str, int] | None = None,
+    waiting: Waiting | None = None,
 ) -> list[dict[str, Any]]:
     """Return as soon as anything is claimable (up to ``limit``), or an empty list after
     ``wait_s``. Submits to the worker's own queues and to the siblings it may steal from
     wake it; so does the end of its steal delay, when that is all that kept it waiting.
-    ``tried``: the caller has just looked, and found nothing (see :func:`claim_in`)."""
+    ``tried``: the caller has just looked, and found nothing (see :func:`claim_in`).
+    ``waiting``: while it waits, a submit to one of its own active queues may hand it
+    the invocation, leased already (:mod:`.handoff`)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     reach = worker.reach
@@ -268,6 +272,7 @@ async def long_poll(
         queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
     watched = [q["id"] for q in queues if q["own"] or reach.admits(q)]
     watched.append(worker_key(worker.id))  # the controller retiring it
+    handing = [q["id"] for q in queues if q["own"] and q["state"] == "active"]
     with notifier.listen(watched) as woken:
         while True:
             woken.clear()
@@ -283,7 +288,15 @@ async def long_poll(
             if attempt.retiring:
                 pause = RETIRING_RECHECK_S
             events = [woken] if gone is None else [woken, gone]
-            await _wait_any(events, min(pause, remaining))
+            if waiting is None or not handing or limit == 0:
+                await _wait_any(events, min(pause, remaining))
+                continue
+            me = Waiter(worker.id, worker.holds, worker.caller, lease_s, gone)
+            with waiting.wait(me, handing):
+                await _wait_any([*events, me.woken], min(pause, remaining))
+            handed = await me.received()
+            if handed:
+                return handed
 
 
 async def _wait_any(events: list[asyncio.Event], seconds: float) -> None:

@@ -19,6 +19,7 @@ from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
 from lakeshore.errors import Conflict, InvalidInput, LakeshoreError, NotFound, TooManyRequests
 from lakeshore.services.auth import Principal
+from lakeshore.services.handoff import Waiting
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
@@ -98,6 +99,7 @@ async def _submit_to_known(
     submit: Submit,
     now: datetime,
     caller: Principal | None,
+    waiting: Waiting | None = None,
 ) -> tuple[dict[str, Any], bool] | None:
     """One submit in one statement, decided on the copy of its queue that an earlier
     submit read: ``None`` when that copy cannot decide it, and the full path must.
@@ -110,7 +112,9 @@ async def _submit_to_known(
     outcome the copy settles without a count: an active or paused queue with no
     ``max_depth`` or ``rate_limit``, a caller its ``authPolicy`` admits, a priority it
     can place. Anything else, a refusal included, goes the full way, which reads the
-    queue afresh and answers with the current spec's reason."""
+    queue afresh and answers with the current spec's reason. ``waiting``: the claims
+    waiting in this server, the longest-waiting of which on this queue, if any, is
+    handed the invocation when its worker may take it (:mod:`.handoff`)."""
     entry = known.get((ns.id, queue_name))
     if entry is None:
         return None
@@ -126,8 +130,27 @@ async def _submit_to_known(
         [row] = _rows(ns, queue, [submit], now, [""])
     except LakeshoreError:
         return None
-    async with store.statement() as conn:
-        stored = await inv_store.insert_one_at(conn, row, revision)
+    waiter = None
+    if waiting is not None and queue.state == "active":
+        waiter = waiting.take(queue.id, queue.name, queue.spec.auth_policy)
+    stored = None
+    try:
+        async with store.statement() as conn:
+            if waiter is None:
+                stored = await inv_store.insert_one_at(conn, row, revision)
+            else:
+                stored = await inv_store.insert_one_handed(
+                    conn,
+                    row,
+                    revision,
+                    worker_id=waiter.worker_id,
+                    holds=waiter.holds,
+                    lease_s=waiter.lease_s,
+                )
+    finally:
+        if waiter is not None:
+            handed = stored is not None and stored["state"] == "running"
+            Waiting.settle(waiter, [to_json(stored)] if handed else [])
     if stored is None:  # the queue moved on, or the key is taken
         known.pop((ns.id, queue_name), None)
         return None
@@ -238,6 +261,7 @@ async def submit_one_known(
     *,
     max_payload_bytes: int | None = None,
     caller: Principal | None = None,
+    waiting: Waiting | None = None,
 ) -> dict[str, Any] | None:
     """One submit made new in one statement, on the copy of its queue an earlier submit
     read (see :func:`_submit_to_known`): the invocation, or ``None``, having written
@@ -250,7 +274,7 @@ async def submit_one_known(
     except LakeshoreError:
         return None
     answer = await _submit_to_known(
-        store, notifier, known, ns, queue_name, submit, now.astimezone(UTC), caller
+        store, notifier, known, ns, queue_name, submit, now.astimezone(UTC), caller, waiting
     )
     return None if answer is None else answer[0]
 
@@ -269,12 +293,14 @@ async def submit_many(
     max_payload_bytes: int | None = None,
     caller: Principal | None = None,
     known: KnownQueues | None = None,
+    waiting: Waiting | None = None,
 ) -> list[tuple[dict[str, Any], bool]]:
     """Submit ``bodies`` in order; each result is (invocation, created?). A body whose key
     was already used in this queue returns the invocation that holds it. A full queue
     whose ``on_full`` is ``block`` is retried for up to ``block_s`` seconds, then 429.
     ``caller`` is held to the queue's ``authPolicy.submit`` (403). ``known`` keeps the
-    queues submits read, for a single submit to be decided in one statement.
+    queues submits read, for a single submit to be decided in one statement (and
+    handed to a claim in ``waiting``, see :mod:`.handoff`).
     ``ids_only``: each invocation is answered as its ``{"id": …}`` alone."""
     if not 1 <= len(bodies) <= MAX_BATCH:
         raise InvalidInput(f"a batch holds 1 to {MAX_BATCH} invocations", field="invocations")
@@ -285,7 +311,7 @@ async def submit_many(
         _check_sizes(submits, max_payload_bytes)
     if known is not None and len(submits) == 1:
         answer = await _submit_to_known(
-            store, notifier, known, ns, queue_name, submits[0], now, caller
+            store, notifier, known, ns, queue_name, submits[0], now, caller, waiting
         )
         if answer is not None:
             return [answer]

@@ -24,6 +24,7 @@ from lakeshore.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
 from lakeshore.services import claims
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
+from lakeshore.services.handoff import Waiting
 from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
@@ -279,6 +280,7 @@ async def claim(
     recheck_s: float = IDLE_RECHECK_S,
     gone: asyncio.Event | None = None,
     metrics: Metrics | None = None,
+    waiting: Waiting | None = None,
 ) -> list[dict[str, Any]]:
     """Long-poll: return as soon as anything is claimable (up to the worker's free
     capacity), or an empty list after ``min(timeout_s ?? 20, 20)`` seconds. Own queues
@@ -310,6 +312,7 @@ async def claim(
             gone=gone,
             tried=first is not None,
             expired=expired,
+            waiting=waiting,
         )
     await _count_leased(store, metrics, worker.namespace_id, claimed)
     await _count_expired(store, metrics, expired)

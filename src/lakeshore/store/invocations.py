@@ -244,6 +244,126 @@ async def insert_one_at(
     return {**row, **_UNSET} if inserted else None
 
 
+# A submit handed to a claim that waits in this server (services/handoff.py): the row
+# goes in leased to that worker when, at the statement's own moment, the worker may
+# take it as a claim would: its row not retiring and not held by another transaction
+# (SKIP LOCKED: a claim or a retirement under way, and the row goes in pending), still
+# subscribed to the queue, running fewer than it may hold, and nothing pending in the
+# queue to take first. On PostgreSQL the worker's row is locked within the statement,
+# whose reads keep the snapshot taken at its start: a claim that committed between
+# that snapshot and the lock would go uncounted, so the lock's version of the row must
+# be the snapshot's (``xmin``, moved by every claim's touch). Otherwise it goes in
+# pending, as any submit. Either way, the queue as the copy saw it (``revision``).
+_HANDED_COLUMNS = (*OWN, *SHARED, "created_at", "worker_id", "started_at", "lease_expires_at")
+_WORKER_MAY_TAKE = (
+    "EXISTS (SELECT 1 FROM worker_queues WHERE worker_id = :worker_id AND queue_id = :queue_id)"
+    " AND (SELECT count(*) FROM invocations WHERE worker_id = :worker_id"
+    " AND state = 'running') < :holds"
+    " AND NOT EXISTS (SELECT 1 FROM invocations WHERE queue_id = :queue_id AND state = 'pending')"
+)
+
+
+def _handed_document(dialect: str) -> Any:
+    names = ", ".join(f'"{name}"' for name in _HANDED_COLUMNS)
+    if dialect == "postgresql":
+        own = ", ".join(
+            f"CAST(:{name} AS {'json' if name in _JSON_COLUMNS else kind})"
+            for name, kind in OWN.items()
+        )
+        values = (
+            f"{own}, :namespace_id, :queue_id, :queue_name,"
+            " CASE WHEN h.yes THEN 'running' ELSE 'pending' END,"
+            " CASE WHEN h.yes THEN 1 ELSE 0 END, :available_at, :created_at,"
+            " CASE WHEN h.yes THEN CAST(:worker_id AS text) END,"
+            " CASE WHEN h.yes THEN CAST(:created_at AS timestamptz) END,"
+            " CASE WHEN h.yes THEN CAST(:lease_expires_at AS timestamptz) END"
+        )
+        sql = (
+            f"WITH queue AS (SELECT 1 FROM queues WHERE {_AT} FOR SHARE),"
+            " seen AS (SELECT xmin::text AS version FROM workers WHERE id = :worker_id),"
+            " held AS (SELECT xmin::text AS version FROM workers"
+            " WHERE id = :worker_id AND NOT retiring FOR UPDATE SKIP LOCKED),"
+            " handed AS (SELECT EXISTS (SELECT 1 FROM held JOIN seen USING (version)"
+            f" WHERE {_WORKER_MAY_TAKE}) AS yes),"
+            f" inserted AS (INSERT INTO invocations ({names}) SELECT {values}"
+            f" FROM queue, handed AS h ON CONFLICT {ON_KEY} DO NOTHING RETURNING state),"
+            " woken AS (SELECT pg_notify(:channel, :queue_id) FROM inserted)"
+            " SELECT state FROM inserted, (SELECT count(*) FROM woken) AS once"
+        )
+        return text(sql).bindparams(
+            *(bindparam(n, type_=C[n].type) for n in ("available_at", "created_at"))
+        )
+    own = ", ".join(f":{name}" for name in OWN)
+    values = (
+        f"{own}, :namespace_id, :queue_id, :queue_name,"
+        " CASE WHEN h.yes THEN 'running' ELSE 'pending' END,"
+        " CASE WHEN h.yes THEN 1 ELSE 0 END, :available_at, :created_at,"
+        " CASE WHEN h.yes THEN :worker_id END,"
+        " CASE WHEN h.yes THEN :created_at END,"
+        " CASE WHEN h.yes THEN :lease_expires_at END"
+    )
+    sql = (  # SQLite: one writer at a time, so the conditions hold as they are read
+        f"INSERT INTO invocations ({names}) SELECT {values} FROM (SELECT"
+        " EXISTS (SELECT 1 FROM workers WHERE id = :worker_id AND NOT retiring)"
+        f" AND {_WORKER_MAY_TAKE} AS yes) AS h"
+        f" WHERE EXISTS (SELECT 1 FROM queues WHERE {_AT})"
+        f" ON CONFLICT {ON_KEY} DO NOTHING RETURNING state"
+    )
+    times = ("available_at", "created_at", "lease_expires_at")
+    return text(sql).bindparams(*(bindparam(n, type_=C[n].type) for n in times))
+
+
+_HANDED = {dialect: _handed_document(dialect) for dialect in ("postgresql", "sqlite")}
+_HANDED_PG, _ = psycopg_text(_HANDED["postgresql"])
+
+
+async def insert_one_handed(
+    conn: AsyncConnection,
+    row: dict[str, Any],
+    revision: int,
+    *,
+    worker_id: str,
+    holds: int,
+    lease_s: float,
+) -> dict[str, Any] | None:
+    """:func:`insert_one_at`, leasing the row to ``worker_id`` (which may hold ``holds``
+    at once) for ``lease_s`` when it may take it now (see above), pending otherwise:
+    the stored row, or ``None`` when nothing went in."""
+    now: datetime = row["created_at"]
+    lease_expires_at = now + timedelta(seconds=lease_s)
+    parameters = {name: row[name] for name in (*OWN, *SHARED, "created_at")}
+    for name in _JSON_COLUMNS:
+        parameters[name] = json_text(parameters[name])
+    parameters.update(
+        revision=revision,
+        worker_id=worker_id,
+        holds=holds,
+        lease_expires_at=lease_expires_at,
+        channel=wakeups.CHANNEL,
+    )
+    state: Any
+    if _is_pg(conn):
+        driver = await psycopg_of(conn)
+        assert driver.autocommit, "one statement, its own transaction"
+        found = await driver.execute(_HANDED_PG, parameters, prepare=True)
+        state = await found.fetchone()
+    else:
+        del parameters["channel"]
+        state = (await conn.execute(_HANDED["sqlite"], parameters)).first()
+    if state is None:
+        return None
+    stored = {**row, **_UNSET}
+    if state[0] == "running":
+        stored.update(
+            state="running",
+            attempts=1,
+            worker_id=worker_id,
+            started_at=now,
+            lease_expires_at=lease_expires_at,
+        )
+    return stored
+
+
 async def get(conn: AsyncConnection, namespace_id: str, invocation_id: str) -> RowMapping | None:
     query = select(invocations).where(C.namespace_id == namespace_id, C.id == invocation_id)
     return (await conn.execute(query)).mappings().first()

@@ -51,6 +51,7 @@ async def submit(
         max_payload_bytes=state.settings.max_payload_bytes,
         caller=caller,
         known=state.queues,
+        waiting=state.waiting,
     )
     if created:
         state.metrics.submitted.labels(ns.name, name).inc()

@@ -83,6 +83,7 @@ async def claim(
             recheck_s=state.settings.claim_recheck_s,
             gone=gone,
             metrics=state.metrics,
+            waiting=state.waiting,
         )
     finally:
         watcher.cancel()
