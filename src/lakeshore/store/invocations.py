@@ -283,8 +283,9 @@ def _handed_document(dialect: str) -> Any:
             " seen AS (SELECT xmin::text AS version FROM workers WHERE id = :worker_id),"
             " held AS (SELECT xmin::text AS version FROM workers"
             " WHERE id = :worker_id AND NOT retiring FOR UPDATE SKIP LOCKED),"
-            " handed AS (SELECT EXISTS (SELECT 1 FROM held JOIN seen USING (version)"
-            f" WHERE {_WORKER_MAY_TAKE}) AS yes),"
+            # once, not once per CASE below
+            " handed AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM held"
+            f" JOIN seen USING (version) WHERE {_WORKER_MAY_TAKE}) AS yes),"
             f" inserted AS (INSERT INTO invocations ({names}) SELECT {values}"
             f" FROM queue, handed AS h ON CONFLICT {ON_KEY} DO NOTHING RETURNING state),"
             " woken AS (SELECT pg_notify(:channel, :queue_id) FROM inserted)"
