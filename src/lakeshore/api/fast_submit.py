@@ -15,8 +15,6 @@ the words the route gives it.
 
 from __future__ import annotations
 
-import logging
-
 import orjson
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.routing import BaseRoute
@@ -27,8 +25,6 @@ from lakeshore.api.errors import store_down
 from lakeshore.errors import LakeshoreError
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import namespaces as ns_service
-
-log = logging.getLogger("lakeshore.api")
 
 PATH = "/v1/namespaces/{ns}/queues/{name}/invocations"
 _JSON = b"application/json"
