@@ -87,6 +87,28 @@ async def test_a_chunked_body_over_1_mib_is_413(api: httpx.AsyncClient) -> None:
     assert (await send(api, "GET", queue_url("big"))).status_code == 404
 
 
+async def test_a_chunked_submit_over_1_mib_is_413_also_to_a_known_queue(
+    api: httpx.AsyncClient,
+) -> None:
+    """A single submit to a queue the server knows may be answered under the routes
+    (api/fast_submit.py): an oversized body of undeclared length is still a 413."""
+    submits = f"{QUEUES}/known/invocations"
+    for _ in range(2):
+        first = await send(api, "POST", submits, content=json_bytes({"fn": "m:f"}), headers=JSON)
+        assert first.status_code == 201, first.text
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"fn": "m:f", "args": ["'
+        for _ in range(12):
+            yield b"x" * 100_000
+        yield b'"]}'
+
+    response = await send(api, "POST", submits, content=chunks(), headers=JSON)
+    assert assert_refusal(response, 413)["code"] == "payload_too_large"
+    stats = await send(api, "GET", f"{QUEUES}/known/stats")
+    assert stats.json()["pending"] == 2
+
+
 async def test_a_chunked_body_under_the_cap_is_read(api: httpx.AsyncClient) -> None:
     async def chunks() -> AsyncIterator[bytes]:
         yield b'{"name": "chunked", '

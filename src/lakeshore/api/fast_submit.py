@@ -8,7 +8,8 @@ middleware that counts, caps and checks every request (``Measured``, ``BodySizeL
 and queue are already known to this server and the one-statement submit takes it
 (:func:`lakeshore.services.invocations.submit_one_known`). Everything else (a query
 string, another content type, an unknown token, a queue not seen yet, any refusal)
-goes on to the routes with the body it read, untouched, and is answered there: nothing
+goes on to the routes with the body it read, untouched, and is answered there (so does
+a body of undeclared length, before it is read): nothing
 is written before the hand-over, so no request is made twice, and every refusal keeps
 the words the route gives it.
 """
@@ -30,10 +31,12 @@ PATH = "/v1/namespaces/{ns}/queues/{name}/invocations"
 _JSON = b"application/json"
 
 
-def _bearer(scope: Scope) -> tuple[str | None, bytes | None]:
-    """The bearer token and the content type, as the route would read them."""
+def _headers(scope: Scope) -> tuple[str | None, bytes | None, bool]:
+    """The bearer token and the content type, as the route would read them, and whether
+    the body's length was declared."""
     token: str | None = None
     kind: bytes | None = None
+    sized = False
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, credentials = value.decode("latin-1").partition(" ")
@@ -41,7 +44,9 @@ def _bearer(scope: Scope) -> tuple[str | None, bytes | None]:
                 token = credentials
         elif name == b"content-type":
             kind = value
-    return token, kind
+        elif name == b"content-length":
+            sized = True
+    return token, kind, sized
 
 
 class FastSubmit:
@@ -69,8 +74,10 @@ class FastSubmit:
         ):
             await self.app(scope, receive, send)
             return
-        token, kind = _bearer(scope)
-        if token is None or kind != _JSON:
+        token, kind, sized = _headers(scope)
+        # a chunked body is left to the route: only there is a body over the cap, seen
+        # as it streams, answered 413 (a declared length over it never gets this far)
+        if token is None or kind != _JSON or not sized:
             await self.app(scope, receive, send)
             return
         read: list[Message] = []
