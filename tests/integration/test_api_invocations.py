@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from lakeshore.services import invocations as inv_service
 from lakeshore.store import invocations as inv_store
+from lakeshore.store import namespaces as ns_store
 from tests.conftest import FakeClock
 
 NS = "/v1/namespaces/default"
@@ -344,5 +345,24 @@ async def test_a_store_that_fails_under_the_fast_path_is_a_503(
 
     monkeypatch.setattr(inv_store, "insert_one_at", down)
     answer = await api.post(inv("warm"), json={"fn": "m:f"})
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "store_unavailable"
+
+
+async def test_a_store_that_fails_before_the_fast_paths_write_is_a_503(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token not remembered yet is read from the store: when that read fails, the
+    answer is the route's 503, as for any request."""
+    await submit(api, "warm")
+    issued = (await api.post(f"{NS}/tokens", json={"name": "late"})).json()["token"]
+
+    async def down(*_: Any) -> Any:
+        raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(ns_store, "get_token", down)
+    answer = await api.post(
+        inv("warm"), json={"fn": "m:f"}, headers={"Authorization": f"Bearer {issued}"}
+    )
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"]["code"] == "store_unavailable"

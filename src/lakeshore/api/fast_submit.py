@@ -117,8 +117,8 @@ class FastSubmit:
             caller = await state.callers.authenticate(token)
             caller.require_scope(PATH)
             ns = await ns_service.resolve(state.store, caller, ns_name, state.namespaces)
-        except (orjson.JSONDecodeError, LakeshoreError):
-            return False
+        except (orjson.JSONDecodeError, LakeshoreError, OperationalError, InterfaceError):
+            return False  # nothing written: the route answers, with its words
         if type(content) is not dict:
             return False
         try:
