@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,3 +147,8 @@ def fails_until(path: str) -> str:
     """Fail (FileNotFoundError) until ``path`` exists, then return its text: a fault the
     operator mends before retrying."""
     return Path(path).read_text(encoding="utf-8")
+
+
+def loaded(names: list[str]) -> dict[str, bool]:
+    """Which of these modules the process running it has imported."""
+    return {name: name in sys.modules for name in names}

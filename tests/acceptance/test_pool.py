@@ -69,6 +69,19 @@ def test_state_and_the_set_up_hook_stay_warm_in_a_child(
     assert len({r["pid"] for r in results}) == 1  # one child ran them all
 
 
+def test_a_child_that_runs_only_plain_functions_never_loads_asyncio(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path
+) -> None:
+    """The event loop (and asyncio, a third of a bare child's imports) is made only
+    for work that needs it: a child serving plain functions starts and runs without."""
+    queue = f"plain-{server.backend}"
+    call = {"fn": "tests.udfs:loaded", "args": [["asyncio", "lakeshore.daemon.calls"]]}
+    ids = submit_all(http, queue, [call, call])
+    burst(server, tmp_path / "d.log", queue, "--capacity", "1")
+    for info in finished(http, ids):
+        assert info["result"] == {"asyncio": False, "lakeshore.daemon.calls": True}
+
+
 def test_a_set_up_that_raises_fails_its_invocation_with_its_traceback(
     server: LakeshoreServer, http: httpx.Client, tmp_path: Path
 ) -> None:

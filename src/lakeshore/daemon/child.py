@@ -163,11 +163,13 @@ class Child:
             return
         reply = self._set_up(tid, target)
         if reply is None:
-            reply = calls.call(
-                fn, target, args, kwargs, self._emitter(tid), self.loop.run_until_complete
-            )
+            reply = calls.call(fn, target, args, kwargs, self._emitter(tid), self._until_done)
         self._clean_group()
         self._done(tid, reply)
+
+    def _until_done(self, awaitable: Any) -> Any:
+        """Run a coroutine a plain function returned: the loop is made only then."""
+        return self.loop.run_until_complete(awaitable)
 
     def _emitter(self, tid: str, soon: bool = False) -> Callable[[str], None]:
         send = self.send_soon if soon else self.send
