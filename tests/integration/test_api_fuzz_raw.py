@@ -74,14 +74,18 @@ async def test_a_body_over_1_mib_is_413(api: httpx.AsyncClient) -> None:
     assert assert_refusal(response, 413)["code"] == "payload_too_large"
 
 
-async def test_a_chunked_body_over_1_mib_is_413(api: httpx.AsyncClient) -> None:
-    async def chunks() -> AsyncIterator[bytes]:
-        yield b'{"name": "big", "description": "'
-        for _ in range(12):
-            yield b"x" * 100_000
-        yield b'"}'
+async def over_the_cap(head: bytes, tail: bytes) -> AsyncIterator[bytes]:
+    """A body of 1.2 MB sent in chunks, with no declared length: ``head``, 1.2 MB of
+    ``x``, ``tail``."""
+    yield head
+    for _ in range(12):
+        yield b"x" * 100_000
+    yield tail
 
-    response = await send(api, "POST", QUEUES, content=chunks(), headers=JSON)
+
+async def test_a_chunked_body_over_1_mib_is_413(api: httpx.AsyncClient) -> None:
+    chunks = over_the_cap(b'{"name": "big", "description": "', b'"}')
+    response = await send(api, "POST", QUEUES, content=chunks, headers=JSON)
     assert "content-length" not in response.request.headers
     assert assert_refusal(response, 413)["code"] == "payload_too_large"
     assert (await send(api, "GET", queue_url("big"))).status_code == 404
@@ -97,13 +101,8 @@ async def test_a_chunked_submit_over_1_mib_is_413_also_to_a_known_queue(
         first = await send(api, "POST", submits, content=json_bytes({"fn": "m:f"}), headers=JSON)
         assert first.status_code == 201, first.text
 
-    async def chunks() -> AsyncIterator[bytes]:
-        yield b'{"fn": "m:f", "args": ["'
-        for _ in range(12):
-            yield b"x" * 100_000
-        yield b'"]}'
-
-    response = await send(api, "POST", submits, content=chunks(), headers=JSON)
+    chunks = over_the_cap(b'{"fn": "m:f", "args": ["', b'"]}')
+    response = await send(api, "POST", submits, content=chunks, headers=JSON)
     assert assert_refusal(response, 413)["code"] == "payload_too_large"
     stats = await send(api, "GET", f"{QUEUES}/known/stats")
     assert stats.json()["pending"] == 2

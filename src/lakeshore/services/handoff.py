@@ -38,6 +38,7 @@ class Waiter:
     lease_s: float
     gone: asyncio.Event | None = None  # its client hung up
     woken: asyncio.Event = field(default_factory=asyncio.Event)
+    queue_ids: list[str] = field(default_factory=list)  # where it waits
     handed: asyncio.Future[Claimed] | None = None  # set once a submit took it
 
     async def received(self) -> Claimed:
@@ -54,16 +55,16 @@ class Waiting:
 
     @contextmanager
     def wait(self, waiter: Waiter, queue_ids: Iterable[str]) -> Iterator[Waiter]:
-        keys = list(queue_ids)
-        for key in keys:
+        waiter.queue_ids = list(queue_ids)
+        for key in waiter.queue_ids:
             self._by_queue.setdefault(key, {})[waiter] = None
         try:
             yield waiter
         finally:
-            self._drop(waiter, keys)
+            self._drop(waiter)
 
-    def _drop(self, waiter: Waiter, keys: Iterable[str]) -> None:
-        for key in keys:
+    def _drop(self, waiter: Waiter) -> None:
+        for key in waiter.queue_ids:
             waiters = self._by_queue.get(key)
             if waiters is not None:
                 waiters.pop(waiter, None)
@@ -85,8 +86,7 @@ class Waiting:
                 policy, "claim", waiter.caller, queue_name
             ):
                 continue
-            for waiters in self._by_queue.values():
-                waiters.pop(waiter, None)
+            self._drop(waiter)
             waiter.handed = asyncio.get_running_loop().create_future()
             waiter.woken.set()
             return waiter

@@ -133,7 +133,7 @@ async def _submit_to_known(
     waiter = None
     if waiting is not None and queue.state == "active":
         waiter = waiting.take(queue.id, queue.name, queue.spec.auth_policy)
-    stored = None
+    stored = answer = None
     try:
         async with store.statement() as conn:
             if waiter is None:
@@ -147,15 +147,16 @@ async def _submit_to_known(
                     holds=waiter.holds,
                     lease_s=waiter.lease_s,
                 )
+        answer = None if stored is None else to_json(stored)
     finally:
         if waiter is not None:
-            handed = stored is not None and stored["state"] == "running"
-            Waiting.settle(waiter, [to_json(stored)] if handed else [])
-    if stored is None:  # the queue moved on, or the key is taken
+            handed = answer is not None and answer["state"] == "running"
+            Waiting.settle(waiter, [answer] if answer is not None and handed else [])
+    if answer is None:  # the queue moved on, or the key is taken
         known.pop((ns.id, queue_name), None)
         return None
     notifier.notify([queue.id])
-    return to_json(stored), True
+    return answer, True
 
 
 def _rows(
