@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from sqlalchemy.exc import OperationalError
 
 from lakeshore.services import invocations as inv_service
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import namespaces as ns_store
+from lakeshore.store import statements as statements_module
 from tests.conftest import FakeClock
 
 NS = "/v1/namespaces/default"
@@ -347,6 +349,31 @@ async def test_a_store_that_fails_under_the_fast_path_is_a_503(
     answer = await api.post(inv("warm"), json={"fn": "m:f"})
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"]["code"] == "store_unavailable"
+
+
+async def test_a_statement_connection_the_database_refuses_is_a_503_at_once(
+    api: httpx.AsyncClient, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a single submit's statement runs on a connection of its own
+    (store/statements.py); when the database refuses a new one, the submit is refused
+    at once, as any request the store cannot serve, and nothing is stored."""
+    if database_url.startswith("sqlite"):
+        pytest.skip("SQLite's one-statement write is a write transaction of its pool")
+    await submit(api, "warm")  # the route, on SQLAlchemy's pool; the queue is now known
+    connected: list[str] = []
+
+    async def refused(conninfo: str) -> Any:
+        connected.append(conninfo)
+        raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(statements_module, "connect", refused)
+    answer = await api.post(inv("warm"), json={"fn": "m:f"})
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "store_unavailable"
+    assert len(connected) == 1
+    monkeypatch.undo()
+    stats = (await api.get(f"{NS}/queues/warm/stats")).json()
+    assert stats["pending"] == 1
 
 
 async def test_a_store_that_fails_before_the_fast_paths_write_is_a_503(

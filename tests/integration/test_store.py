@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -16,6 +17,7 @@ from lakeshore.domain.queue import parse_spec
 from lakeshore.errors import InvalidInput, StoreUnavailable
 from lakeshore.store import engine as engine_module
 from lakeshore.store import queues as queue_store
+from lakeshore.store import statements as statements_module
 from lakeshore.store.engine import Store, migrate, parse_url
 from lakeshore.store.tables import metadata, namespaces
 
@@ -252,3 +254,95 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_before_use(
 def psycopg_connect(store: Store) -> psycopg.Connection[tuple[object, ...]]:
     url = store.engine.url.set(drivername="postgresql")
     return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+
+
+async def _statement_backend(store: Store) -> int:
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _gone(admin: psycopg.Connection[tuple[object, ...]], pid: int) -> bool:
+    for _ in range(500):  # bounded: a backend is gone once it no longer lists itself
+        if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_statement_connections_are_checked_without_a_round_trip_and_closed_with_the_store(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: one-statement writes run on psycopg connections of the store's own,
+    in autocommit. One taken again soon is reused without a ping; one whose backend was
+    terminated meanwhile is noticed by its socket and replaced, so no statement fails;
+    one idle past PING_IDLE_S is pinged first; the store's close closes them."""
+    store = Store(engine_module.create_engine_for(parse_url(database_url)))
+    try:
+        if store.dialect != "postgresql":
+            pytest.skip("PostgreSQL's statement connections")
+        pid = await _statement_backend(store)
+        assert await _statement_backend(store) == pid  # reused
+        with psycopg_connect(store) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            assert await _gone(admin, pid)
+            replacement = await _statement_backend(store)  # would raise on the dead one
+            assert replacement != pid
+
+            pings: list[str] = []
+            real_execute = psycopg.AsyncConnection.execute
+
+            async def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                pings.append(str(query))
+                return await real_execute(self, query, *args, **kwargs)
+
+            monkeypatch.setattr(psycopg.AsyncConnection, "execute", spy)
+            assert await _statement_backend(store) == replacement
+            assert pings == ["SELECT pg_backend_pid()"]  # used a moment ago: no ping
+            monkeypatch.setattr(statements_module, "PING_IDLE_S", -1.0)
+            assert await _statement_backend(store) == replacement
+            assert pings[1:] == ["SELECT 1", "SELECT pg_backend_pid()"]
+            await store.close()
+            assert await _gone(admin, replacement)
+    finally:
+        await store.close()
+
+
+async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
+    store: Store,
+) -> None:
+    """PostgreSQL: a statement whose request is cancelled while it runs (a client that
+    hung up) does not hand its connection, still busy, to the next statement."""
+    if store.dialect != "postgresql":
+        pytest.skip("PostgreSQL's statement connections")
+    started = asyncio.Event()
+
+    async def slow() -> None:
+        async with store.statement() as conn:
+            assert isinstance(conn, psycopg.AsyncConnection)
+            started.set()
+            await conn.execute("SELECT pg_sleep(30)")
+
+    task = asyncio.create_task(slow())
+    async with asyncio.timeout(10):
+        await started.wait()
+    with psycopg_connect(store) as admin:
+        for _ in range(500):  # bounded: until the statement runs on the server
+            if admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"
+                " AND state = 'active'"
+            ).fetchone():
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with asyncio.timeout(10):  # not stuck behind the cancelled sleep
+            assert await _statement_backend(store) > 0
+        running = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"
+            " AND state = 'active'"
+        ).fetchone()
+        assert running == (0,)  # cancelled on the server too, not left running

@@ -25,9 +25,12 @@ def psycopg_text(statement: Any) -> tuple[str, dict[str, Any]]:
     return expanded.statement, fixed
 
 
-async def psycopg_of(conn: AsyncConnection) -> PsycopgConnection[Any]:
+async def psycopg_of(conn: AsyncConnection | PsycopgConnection[Any]) -> PsycopgConnection[Any]:
     """The psycopg connection under ``conn`` (PostgreSQL only), in whatever transaction
-    state ``conn`` left it."""
+    state ``conn`` left it; ``conn`` itself if it is one already (see
+    :meth:`lakeshore.store.engine.Store.statement`)."""
+    if isinstance(conn, PsycopgConnection):
+        return conn
     driver = (await conn.get_raw_connection()).driver_connection
     assert isinstance(driver, PsycopgConnection)
     return driver

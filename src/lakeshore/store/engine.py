@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import select
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,17 +18,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy import Connection, create_engine, event, pool, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DisconnectionError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from lakeshore import files
 from lakeshore.errors import InvalidInput, StoreUnavailable
+from lakeshore.store.liveness import PING_IDLE_S, unsure
+from lakeshore.store.statements import StatementConnections
 
 _MIGRATION_LOCK = 0x1A4E5_0001  # pg_advisory_lock key for schema changes
 _WRITE = "lakeshore_write"
@@ -81,24 +84,7 @@ def _sqlite_setup(engine: Any, *, foreign_keys: bool = True) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-# A pooled PostgreSQL connection idle longer than this is pinged (a round trip) before
-# use; one used more recently is only looked at (no round trip, see _checked_out).
-PING_IDLE_S = 10.0
 _IDLE_SINCE = "lakeshore_idle_since"
-
-
-def _unsure(driver_connection: Any) -> bool:
-    """Whether a pooled psycopg connection needs a ping before use, known without asking
-    the server: it is closed or broken, or its socket is readable while it sat idle. A
-    pooled connection LISTENs to nothing, so what arrives unasked is a server's last
-    words: a terminated backend or a shutdown sends its error, then closes."""
-    if driver_connection.closed or driver_connection.broken:
-        return True
-    try:
-        readable, _, _ = select.select([driver_connection.pgconn.socket], [], [], 0)
-    except (OSError, ValueError):  # no socket any more
-        return True
-    return bool(readable)
 
 
 def _postgresql_liveness(engine: Any) -> None:
@@ -120,7 +106,7 @@ def _postgresql_liveness(engine: Any) -> None:
         if idle_since is None:
             return  # just connected
         fresh = time.monotonic() - idle_since <= PING_IDLE_S
-        if fresh and not _unsure(record.driver_connection):
+        if fresh and not unsure(record.driver_connection):
             return
         try:
             engine.dialect.do_ping(dbapi_connection)
@@ -189,6 +175,7 @@ def prepare(url: URL) -> None:
 
 
 WRITE_WAIT_S = 10.0  # as long as SQLite's own busy_timeout
+STATEMENT_CONNECTIONS = 10  # PostgreSQL: one-statement writes at once (see :mod:`.statements`)
 
 
 class Store:
@@ -202,6 +189,10 @@ class Store:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._writer = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        self._statements: StatementConnections | None = None
+        if self._writer is None:
+            libpq = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            self._statements = StatementConnections(libpq, STATEMENT_CONNECTIONS, WRITE_WAIT_S)
 
     @property
     def dialect(self) -> str:
@@ -220,16 +211,23 @@ class Store:
                 yield conn
 
     @asynccontextmanager
-    async def statement(self) -> AsyncIterator[AsyncConnection]:
+    async def statement(self) -> AsyncIterator[AsyncConnection | PsycopgConnection[Any]]:
         """A connection for one write statement that is its own transaction: on
-        PostgreSQL in autocommit (no ``BEGIN`` and ``COMMIT`` round trips around it), on
-        SQLite a write transaction as :meth:`write` (both are in-process there)."""
-        if self._writer is not None:
+        PostgreSQL psycopg's own, in autocommit (no ``BEGIN`` and ``COMMIT`` round trips
+        around it, and none of SQLAlchemy's work: :mod:`.statements`), whose connection
+        errors are raised as SQLAlchemy's, as every other store call's are; on SQLite a
+        write transaction as :meth:`write` (both are in-process there)."""
+        if self._statements is None:
             async with self.write() as conn:
                 yield conn
             return
-        async with self.engine.connect() as conn:
-            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            async with self._statements.connection() as raw:
+                yield raw
+        except psycopg.OperationalError as exc:
+            raise OperationalError(None, None, exc) from exc
+        except psycopg.InterfaceError as exc:
+            raise InterfaceError(None, None, exc) from exc
 
     @asynccontextmanager
     async def _one_writer(self) -> AsyncIterator[None]:
@@ -260,4 +258,6 @@ class Store:
             )
 
     async def close(self) -> None:
+        if self._statements is not None:
+            await self._statements.close()
         await self.engine.dispose()

@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 import orjson
+from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy import (
     ColumnElement,
     RowMapping,
@@ -63,8 +64,8 @@ def _in_order(kind: str, rows: Sequence[RowMapping]) -> list[RowMapping]:
     return sorted(rows, key=lambda r: (r["created_at"], r["id"]), reverse=kind == "filo")
 
 
-def _is_pg(conn: AsyncConnection) -> bool:
-    return conn.dialect.name == "postgresql"
+def _is_pg(conn: AsyncConnection | PsycopgConnection[Any]) -> bool:
+    return isinstance(conn, PsycopgConnection) or conn.dialect.name == "postgresql"
 
 
 # The columns a submit writes. One submit's rows share a queue (and what goes with it);
@@ -155,7 +156,9 @@ def json_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _parameters(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _parameters(
+    conn: AsyncConnection | PsycopgConnection[Any], rows: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
     """The statement's parameters: the shared columns, and the rows' own as JSON text
     (args and kwargs as JSON text of their own)."""
     first = rows[0]
@@ -166,7 +169,7 @@ def _parameters(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> dict[s
     # SQLite keeps times as text in the column type's own format, row by row
     stamp = (
         None
-        if _is_pg(conn)
+        if isinstance(conn, PsycopgConnection) or _is_pg(conn)
         else C.created_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
     )
     items, parameters = [], {**shared, "created_at": base}
@@ -225,7 +228,7 @@ async def insert_many(
 
 
 async def insert_one_at(
-    conn: AsyncConnection, row: dict[str, Any], revision: int
+    conn: AsyncConnection | PsycopgConnection[Any], row: dict[str, Any], revision: int
 ) -> dict[str, Any] | None:
     """Insert ``row`` (as :func:`insert_many` takes it) only while its queue's row is at
     ``revision``, with its wake-up; one statement. Returns the stored row, or ``None``
@@ -240,6 +243,7 @@ async def insert_one_at(
         found = await driver.execute(_GUARDED_PG, parameters, prepare=True)
         inserted = await found.fetchall()
     else:
+        assert isinstance(conn, AsyncConnection)
         inserted = (await conn.execute(_INSERT_GUARDED["sqlite"], parameters)).scalars().all()
     return {**row, **_UNSET} if inserted else None
 
@@ -319,7 +323,7 @@ _HANDED_PG, _ = psycopg_text(_HANDED["postgresql"])
 
 
 async def insert_one_handed(
-    conn: AsyncConnection,
+    conn: AsyncConnection | PsycopgConnection[Any],
     row: dict[str, Any],
     revision: int,
     *,
@@ -350,6 +354,7 @@ async def insert_one_handed(
         state = await found.fetchone()
     else:
         del parameters["channel"]
+        assert isinstance(conn, AsyncConnection)
         state = (await conn.execute(_HANDED["sqlite"], parameters)).first()
     if state is None:
         return None
