@@ -50,10 +50,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -227,6 +228,53 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class BackendCpu:
+    """The CPU time PostgreSQL's backends spend on one database while it runs: every
+    ``every_s`` a thread lists the backends connected to it (``pg_stat_activity``, from
+    the admin database) and reads each one's CPU time so far (``/proc/PID/stat``; the
+    server runs on this machine). A backend that ends between two looks loses at most
+    that interval of its time; one there before the start counts from the start."""
+
+    def __init__(self, dsn: str, every_s: float = 0.05) -> None:
+        self.database = dsn.rsplit("/", 1)[1]
+        self.every_s = every_s
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="backend-cpu", daemon=True)
+
+    def __enter__(self) -> BackendCpu:
+        with psycopg.connect(RES.admin_url, autocommit=True) as conn:
+            self.first = self._look(conn)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def seconds(self) -> float:
+        return sum(cpu - self.first.get(pid, 0.0) for pid, cpu in self.last.items())
+
+    def _watch(self) -> None:
+        with psycopg.connect(RES.admin_url, autocommit=True) as conn:
+            while True:
+                self.last.update(self._look(conn))
+                if self._stop.wait(self.every_s):
+                    self.last.update(self._look(conn))
+                    return
+
+    def _look(self, conn: psycopg.Connection[Any]) -> dict[int, float]:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.database]
+        ).fetchall()
+        seen = {}
+        for (pid,) in rows:
+            with suppress(OSError, IndexError, ValueError):  # ended meanwhile
+                seen[int(pid)] = process_cpu_s(int(pid))
+        return seen
+
+
 def timed_drain(
     start: Callable[[], list[subprocess.Popen[bytes]]],
     remaining: Callable[[], int],
@@ -234,19 +282,23 @@ def timed_drain(
     timeout_s: float,
     what: str,
     server_pid: int | None = None,
+    dsn: str | None = None,
 ) -> dict[str, float]:
     """Start the workers, wait for all to exit: jobs/s from the first taken and wall, and
-    the CPU the workers (with their children) and the server used, in ms per job."""
+    the CPU the workers (with their children), the server and, with ``dsn`` (a
+    PostgreSQL database), the database's backends used, in ms per job."""
     procs: list[subprocess.Popen[bytes]] = []
     cpu_before = children_cpu_s()
     server_before = process_cpu_s(server_pid) if server_pid else 0.0
+    backends = BackendCpu(dsn) if dsn else None
     try:
-        started = time.perf_counter()
-        procs = start()
-        deadline = time.monotonic() + timeout_s
-        first = wait_first_taken(remaining, total, procs, deadline)
-        wait_all(procs, deadline, what)
-        ended = time.perf_counter()
+        with backends if backends is not None else nullcontext():
+            started = time.perf_counter()
+            procs = start()
+            deadline = time.monotonic() + timeout_s
+            first = wait_first_taken(remaining, total, procs, deadline)
+            wait_all(procs, deadline, what)
+            ended = time.perf_counter()
         measured = {
             "drain": total / (ended - first),
             "drain_wall": total / (ended - started),
@@ -256,6 +308,8 @@ def timed_drain(
             measured["drain_server_cpu"] = (
                 (process_cpu_s(server_pid) - server_before) * 1000 / total
             )
+        if backends is not None:
+            measured["drain_pg_cpu"] = backends.seconds() * 1000 / total
     finally:
         for proc in procs:
             RES.stop(proc)
@@ -345,6 +399,7 @@ class Lakeshore:
     server: subprocess.Popen[bytes]
     http: httpx.Client
     sdk: Client  # submits go through the SDK, as a user's code makes them
+    db: str  # the server's --db: a PostgreSQL URL or a SQLite file
 
     def submit(self, queue: str, fn: str, args: list[Any] | None = None) -> str:
         """One submit, through the SDK's ``Client.submit``: the invocation's id."""
@@ -400,7 +455,7 @@ def lakeshore_server(db: str, run: Run) -> Iterator[Lakeshore]:
             httpx.Client(base_url=url, headers=headers, timeout=60) as http,
             Client(url, token) as sdk,
         ):
-            yield Lakeshore(run, url, token, server, http, sdk)
+            yield Lakeshore(run, url, token, server, http, sdk, db)
     finally:
         RES.stop(server)
 
@@ -436,6 +491,7 @@ def ls_drain(ls: Lakeshore) -> None:
             opts.timeout,
             "drain",
             server_pid=ls.server.pid,
+            dsn=ls.db if ls.db.startswith("postgresql") else None,
         )
     finally:
         profile_stop(ls)
@@ -852,6 +908,7 @@ class PeerRun:
             opts.jobs,
             opts.timeout,
             f"{self.peer.name} drain",
+            dsn=self.dsn,
         )
         self.expect("noop", opts.jobs)
         self.run.results.update(measured)
@@ -914,6 +971,7 @@ ROWS = [
     ("drain_wall", "drain, wall incl. worker start-up (jobs/s)", "rate"),
     ("drain_worker_cpu", "drain: CPU of workers + their children (ms/job)", "ms"),
     ("drain_server_cpu", "drain: CPU of the Lakeshore server (ms/job)", "ms"),
+    ("drain_pg_cpu", "drain: CPU of PostgreSQL's backends (ms/job)", "ms"),
     ("lat_p50", "submit→start p50, call→body, idle worker (ms)", "ms"),
     ("lat_p99", "submit→start p99, call→body, idle worker (ms)", "ms"),
     ("store_p50", "submit→start p50, store's created→started (ms)", "ms"),
