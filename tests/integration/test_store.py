@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from lakeshore.store import engine as engine_module
 from lakeshore.store import queues as queue_store
 from lakeshore.store import statements as statements_module
 from lakeshore.store.engine import Store, migrate, parse_url
+from lakeshore.store.statements import SqliteStatements
 from lakeshore.store.tables import metadata, namespaces
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -346,3 +348,57 @@ async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
             " AND state = 'active'"
         ).fetchone()
         assert running == (0,)  # cancelled on the server too, not left running
+
+
+async def test_a_sqlite_statement_is_one_transaction_on_its_thread_and_holds_the_writer_lock(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite: a one-statement write is a write transaction made whole on a thread of
+    its own, its row seen at once by the store's reads. A caller cancelled while it runs
+    keeps this process's writer lock until the transaction has ended, so no other
+    writer of this process starts against it."""
+    if store.dialect != "sqlite":
+        pytest.skip("SQLite's statement thread")
+    await _namespace(store)
+    async with store.statement() as conn:
+        assert isinstance(conn, SqliteStatements)
+        rows = await conn.execute(
+            insert(namespaces)
+            .values(id="ns_b", name="b", created_at=NOW)
+            .returning(namespaces.c.id),
+            {},
+        )
+    assert [tuple(row) for row in rows] == [("ns_b",)]
+    async with store.read() as read:
+        assert (
+            await read.execute(select(namespaces.c.name).where(namespaces.c.id == "ns_b"))
+        ).scalar_one() == "b"
+
+    entered, release = threading.Event(), threading.Event()
+    real = SqliteStatements._transaction
+
+    def held(self: SqliteStatements, statement: Any, parameters: dict[str, Any]) -> Any:
+        entered.set()
+        assert release.wait(10)
+        return real(self, statement, parameters)
+
+    monkeypatch.setattr(SqliteStatements, "_transaction", held)
+
+    async def write() -> None:
+        async with store.statement() as conn:
+            assert isinstance(conn, SqliteStatements)
+            await conn.execute(insert(namespaces).values(id="ns_c", name="c", created_at=NOW), {})
+
+    task = asyncio.create_task(write())
+    assert await asyncio.to_thread(entered.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0)  # the cancellation is delivered; the transaction still runs
+    assert store._writer is not None and store._writer.locked()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not store._writer.locked()
+    async with store.read() as read:  # the transaction ended, committed
+        assert (
+            await read.execute(select(namespaces.c.name).where(namespaces.c.id == "ns_c"))
+        ).scalar_one() == "c"

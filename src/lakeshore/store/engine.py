@@ -24,7 +24,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from psycopg import AsyncConnection as PsycopgConnection
-from sqlalchemy import Connection, create_engine, event, pool, text
+from sqlalchemy import Connection, Engine, create_engine, event, pool, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from lakeshore import files
 from lakeshore.errors import InvalidInput, StoreUnavailable
 from lakeshore.store.liveness import PING_IDLE_S, unsure
-from lakeshore.store.statements import StatementConnections
+from lakeshore.store.statements import SqliteStatements, StatementConnections
 
 _MIGRATION_LOCK = 0x1A4E5_0001  # pg_advisory_lock key for schema changes
 _WRITE = "lakeshore_write"
@@ -82,6 +82,12 @@ def _sqlite_setup(engine: Any, *, foreign_keys: bool = True) -> None:
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get(_WRITE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _writing(engine: Engine) -> Engine:
+    """A synchronous SQLite engine set up as the store's, whose transactions write."""
+    _sqlite_setup(engine)
+    return engine.execution_options(**{_WRITE: True})
 
 
 _IDLE_SINCE = "lakeshore_idle_since"
@@ -190,7 +196,12 @@ class Store:
         self.engine = engine
         self._writer = asyncio.Lock() if engine.dialect.name == "sqlite" else None
         self._statements: StatementConnections | None = None
-        if self._writer is None:
+        self._sqlite_statements: SqliteStatements | None = None
+        if self._writer is not None:
+            self._sqlite_statements = SqliteStatements(
+                engine.url.set(drivername="sqlite"), _writing
+            )
+        else:
             libpq = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
             self._statements = StatementConnections(libpq, STATEMENT_CONNECTIONS, WRITE_WAIT_S)
 
@@ -211,16 +222,18 @@ class Store:
                 yield conn
 
     @asynccontextmanager
-    async def statement(self) -> AsyncIterator[AsyncConnection | PsycopgConnection[Any]]:
+    async def statement(self) -> AsyncIterator[PsycopgConnection[Any] | SqliteStatements]:
         """A connection for one write statement that is its own transaction: on
         PostgreSQL psycopg's own, in autocommit (no ``BEGIN`` and ``COMMIT`` round trips
         around it, and none of SQLAlchemy's work: :mod:`.statements`), whose connection
-        errors are raised as SQLAlchemy's, as every other store call's are; on SQLite a
-        write transaction as :meth:`write` (both are in-process there)."""
-        if self._statements is None:
-            async with self.write() as conn:
-                yield conn
+        errors are raised as SQLAlchemy's, as every other store call's are; on SQLite
+        :class:`~.statements.SqliteStatements`, under this process's writer lock, whose
+        ``execute`` is a write transaction in one hop to its thread."""
+        if self._sqlite_statements is not None:
+            async with self._one_writer():
+                yield self._sqlite_statements
             return
+        assert self._statements is not None
         try:
             async with self._statements.connection() as raw:
                 yield raw
@@ -260,4 +273,6 @@ class Store:
     async def close(self) -> None:
         if self._statements is not None:
             await self._statements.close()
+        if self._sqlite_statements is not None:
+            await self._sqlite_statements.close()
         await self.engine.dispose()

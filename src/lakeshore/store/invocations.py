@@ -41,8 +41,9 @@ from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines
 from lakeshore.store import wakeups
-from lakeshore.store.driver import psycopg_of, psycopg_text
+from lakeshore.store.driver import psycopg_text
 from lakeshore.store.isolated import isolated
+from lakeshore.store.statements import SqliteStatements
 from lakeshore.store.tables import invocations, queues, stream_items
 
 C = invocations.c
@@ -64,7 +65,7 @@ def _in_order(kind: str, rows: Sequence[RowMapping]) -> list[RowMapping]:
     return sorted(rows, key=lambda r: (r["created_at"], r["id"]), reverse=kind == "filo")
 
 
-def _is_pg(conn: AsyncConnection | PsycopgConnection[Any]) -> bool:
+def _is_pg(conn: AsyncConnection | PsycopgConnection[Any] | SqliteStatements) -> bool:
     return isinstance(conn, PsycopgConnection) or conn.dialect.name == "postgresql"
 
 
@@ -157,7 +158,8 @@ def json_text(value: Any) -> str:
 
 
 def _parameters(
-    conn: AsyncConnection | PsycopgConnection[Any], rows: Sequence[dict[str, Any]]
+    conn: AsyncConnection | PsycopgConnection[Any] | SqliteStatements,
+    rows: Sequence[dict[str, Any]],
 ) -> dict[str, Any]:
     """The statement's parameters: the shared columns, and the rows' own as JSON text
     (args and kwargs as JSON text of their own)."""
@@ -228,7 +230,7 @@ async def insert_many(
 
 
 async def insert_one_at(
-    conn: AsyncConnection | PsycopgConnection[Any], row: dict[str, Any], revision: int
+    conn: PsycopgConnection[Any] | SqliteStatements, row: dict[str, Any], revision: int
 ) -> dict[str, Any] | None:
     """Insert ``row`` (as :func:`insert_many` takes it) only while its queue's row is at
     ``revision``, with its wake-up; one statement. Returns the stored row, or ``None``
@@ -237,14 +239,12 @@ async def insert_one_at(
     that copy; the caller then takes the full path, which reads the queue."""
     parameters = {**_parameters(conn, [row]), "revision": revision}
     inserted: Sequence[Any]
-    if _is_pg(conn):  # on the driver: SQLAlchemy's own work was a third of a submit's
-        driver = await psycopg_of(conn)
-        assert driver.autocommit, "one statement, its own transaction"
-        found = await driver.execute(_GUARDED_PG, parameters, prepare=True)
+    if isinstance(conn, SqliteStatements):
+        inserted = [row[0] for row in await conn.execute(_INSERT_GUARDED["sqlite"], parameters)]
+    else:  # on the driver: SQLAlchemy's own work was a third of a submit's
+        assert conn.autocommit, "one statement, its own transaction"
+        found = await conn.execute(_GUARDED_PG, parameters, prepare=True)
         inserted = await found.fetchall()
-    else:
-        assert isinstance(conn, AsyncConnection)
-        inserted = (await conn.execute(_INSERT_GUARDED["sqlite"], parameters)).scalars().all()
     return {**row, **_UNSET} if inserted else None
 
 
@@ -323,7 +323,7 @@ _HANDED_PG, _ = psycopg_text(_HANDED["postgresql"])
 
 
 async def insert_one_handed(
-    conn: AsyncConnection | PsycopgConnection[Any],
+    conn: PsycopgConnection[Any] | SqliteStatements,
     row: dict[str, Any],
     revision: int,
     *,
@@ -347,15 +347,14 @@ async def insert_one_handed(
         channel=wakeups.CHANNEL,
     )
     state: Any
-    if _is_pg(conn):
-        driver = await psycopg_of(conn)
-        assert driver.autocommit, "one statement, its own transaction"
-        found = await driver.execute(_HANDED_PG, parameters, prepare=True)
-        state = await found.fetchone()
-    else:
+    if isinstance(conn, SqliteStatements):
         del parameters["channel"]
-        assert isinstance(conn, AsyncConnection)
-        state = (await conn.execute(_HANDED["sqlite"], parameters)).first()
+        rows = await conn.execute(_HANDED["sqlite"], parameters)
+        state = rows[0] if rows else None
+    else:
+        assert conn.autocommit, "one statement, its own transaction"
+        found = await conn.execute(_HANDED_PG, parameters, prepare=True)
+        state = await found.fetchone()
     if state is None:
         return None
     stored = {**row, **_UNSET}

@@ -1,4 +1,4 @@
-"""PostgreSQL connections for one-statement writes, held outside SQLAlchemy's pool.
+"""Connections for one-statement writes, held outside SQLAlchemy's async pool.
 
 A single submit is one autocommit statement on psycopg's own connection (see
 :meth:`lakeshore.store.engine.Store.statement`). Taken from SQLAlchemy's async pool, the
@@ -17,6 +17,14 @@ readable (a server's last words), or opens a new one (a refusal then raises at o
 most ``size`` are out at a time, and a checkout waits up to ``wait_s`` for one. A
 connection comes back only if it is usable and idle (not mid-statement: a request
 cancelled during its statement leaves it busy, so it is closed instead).
+
+On SQLite the async engine runs each call on aiosqlite's thread and back (begin,
+execute, commit, checkin), with greenlets around them: about 1 ms of CPU for a one-row
+insert, against 0.26 ms for the same transaction made whole on one thread with
+SQLAlchemy's synchronous engine. :class:`SqliteStatements` keeps such an engine, on one
+connection, and a thread of its own: each statement is a write transaction (``BEGIN
+IMMEDIATE``, the statement, ``COMMIT``) in a single hop to that thread. Its caller holds
+the store's writer lock, so it never contends with this process's other writers.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,6 +41,8 @@ import psycopg
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.errors import ConnectionTimeout
 from psycopg.pq import TransactionStatus
+from sqlalchemy import Row, pool
+from sqlalchemy.engine import URL, Dialect, Engine, create_engine
 
 from lakeshore.store.liveness import PING_IDLE_S, unsure
 
@@ -93,6 +104,42 @@ class StatementConnections:
             await _discard(conn)
             return
         self._idle.append((conn, time.monotonic()))
+
+
+class SqliteStatements:
+    """One-statement write transactions on SQLite, each in one hop to a thread that owns
+    the connection. ``setup`` prepares the engine as the store's own (pragmas, ``BEGIN
+    IMMEDIATE``: see :func:`lakeshore.store.engine.create_engine_for`)."""
+
+    def __init__(self, url: URL, setup: Callable[[Engine], Engine]) -> None:
+        # one connection, made and used on the one thread
+        self._engine = setup(create_engine(url, poolclass=pool.StaticPool))
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-statements")
+        self.dialect: Dialect = self._engine.dialect
+
+    async def execute(self, statement: Any, parameters: dict[str, Any]) -> Sequence[Row[Any]]:
+        """Run ``statement`` as a transaction of its own: the rows it returned. A caller
+        cancelled meanwhile still waits for the transaction to end (it holds the store's
+        writer lock until then), then is cancelled."""
+        done = asyncio.get_running_loop().run_in_executor(
+            self._thread, self._transaction, statement, parameters
+        )
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await done
+            raise
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, self._engine.dispose)  # on its own thread
+        self._thread.shutdown(wait=True)
+
+    def _transaction(self, statement: Any, parameters: dict[str, Any]) -> Sequence[Row[Any]]:
+        with self._engine.begin() as conn:
+            result = conn.execute(statement, parameters)
+            return result.all() if result.returns_rows else []
 
 
 async def connect(conninfo: str) -> PsycopgConnection[Any]:
