@@ -9,13 +9,17 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from asgi_lifespan import LifespanManager
 from sqlalchemy.exc import OperationalError
 
+from lakeshore.api.app import create_app
+from lakeshore.config import Settings
 from lakeshore.services import invocations as inv_service
+from lakeshore.store import engine as engine_module
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import namespaces as ns_store
 from lakeshore.store import statements as statements_module
-from tests.conftest import FakeClock
+from tests.conftest import ADMIN, FakeClock
 
 NS = "/v1/namespaces/default"
 
@@ -374,6 +378,30 @@ async def test_a_statement_connection_the_database_refuses_is_a_503_at_once(
     monkeypatch.undo()
     stats = (await api.get(f"{NS}/queues/warm/stats")).json()
     assert stats["pending"] == 1
+
+
+async def test_a_sqlite_store_busy_past_its_wait_is_a_503_under_the_fast_path(
+    settings: Settings, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite: a single submit's write waits for this process's other writers up to
+    WRITE_WAIT_S; past it, the answer is the 503 every request gets, not a 500."""
+    if not settings.resolved_database_url.startswith("sqlite"):
+        pytest.skip("SQLite's writer lock")
+    app = create_app(settings, clock=clock)
+    async with LifespanManager(app) as manager:
+        store = app.state.lakeshore.store
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=ADMIN
+        ) as api:
+            await submit(api, "warm")  # known: the next one takes the fast path
+            monkeypatch.setattr(engine_module, "WRITE_WAIT_S", 0.05)
+            async with store._one_writer():  # another writer holds the database
+                answer = await api.post(inv("warm"), json={"fn": "m:f"})
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "store_unavailable"
+            stats = (await api.get(f"{NS}/queues/warm/stats")).json()
+            assert stats["pending"] == 1
 
 
 async def test_a_store_that_fails_before_the_fast_paths_write_is_a_503(

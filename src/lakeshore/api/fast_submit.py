@@ -22,8 +22,8 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lakeshore.api.answers import json_answer
-from lakeshore.api.errors import store_down
-from lakeshore.errors import LakeshoreError
+from lakeshore.api.errors import error_response, store_down
+from lakeshore.errors import LakeshoreError, StoreUnavailable
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import namespaces as ns_service
 
@@ -137,6 +137,10 @@ class FastSubmit:
         except (OperationalError, InterfaceError) as exc:
             scope["route"] = route
             await store_down(exc)(scope, receive, send)
+            return True
+        except StoreUnavailable as exc:  # SQLite: this process's writers queued too long
+            scope["route"] = route
+            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
             return True
         if invocation is None:
             return False
