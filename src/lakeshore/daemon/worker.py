@@ -26,6 +26,7 @@ import httpx
 
 from lakeshore import logs
 from lakeshore.daemon import linux, runner
+from lakeshore.daemon.longpoll import LongPoll
 from lakeshore.daemon.pool import Pool, PoolConfig
 from lakeshore.daemon.reporter import Reporter
 from lakeshore.daemon.sentinel import Sentinel
@@ -79,6 +80,7 @@ class Daemon:
     prefetched: set[str] = field(default_factory=set)  # held, waiting for a slot
     pool: Pool | None = None  # the process runner's children
     threads: Threads | None = None  # the thread runner
+    longpoll: LongPoll | None = None  # claims, unless a transport was given
 
     async def run(self, *, own_process: bool = False) -> int:
         """Serve until stopped (``stop``, SIGTERM/SIGINT when ``own_process``, retired,
@@ -110,13 +112,21 @@ class Daemon:
         # one thread per slot to wait on its run (the default pool has cores + 4)
         self.executor = ThreadPoolExecutor(self.config.capacity, thread_name_prefix="run")
         headers = {"Authorization": f"Bearer {self.config.token}"}
-        timeout = httpx.Timeout(10.0, read=self.config.claim_timeout_s + 10.0)
-        async with httpx.AsyncClient(
-            base_url=self.config.server,
-            headers=headers,
-            timeout=timeout,
-            transport=self.config.transport,
-        ) as http:
+        read_s = self.config.claim_timeout_s + 10.0
+        timeout = httpx.Timeout(10.0, read=read_s)
+        # claims over aiohttp (see .longpoll), unless a transport of the caller's serves
+        # every request (an app driven in-process)
+        if self.config.transport is None:
+            self.longpoll = LongPoll(self.config.server, self.config.token, read_s)
+        async with (
+            contextlib.aclosing(self.longpoll) if self.longpoll else contextlib.nullcontext(),
+            httpx.AsyncClient(
+                base_url=self.config.server,
+                headers=headers,
+                timeout=timeout,
+                transport=self.config.transport,
+            ) as http,
+        ):
             self.http = http
             info = await self._hello()
             self.worker_id = info["id"]
@@ -311,8 +321,10 @@ class Daemon:
         self.running.pop(task.get_name(), None)
 
     async def _post_or_stop(self, path: str, body: dict[str, Any]) -> httpx.Response | None:
-        """A request that gives way to a stop signal (the claim long-poll)."""
-        request = asyncio.create_task(self.http.post(path, json=body))
+        """A request that gives way to a stop signal (the claim long-poll, over
+        :attr:`longpoll` when there is one)."""
+        post = self.longpoll.post(path, body) if self.longpoll else self.http.post(path, json=body)
+        request = asyncio.create_task(post)
         stopping = asyncio.create_task(self.stop.wait())
         done, _ = await asyncio.wait({request, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if request in done:

@@ -1,0 +1,120 @@
+"""The daemon's claims over aiohttp (daemon/longpoll.py), against a server on loopback:
+an answer comes back as httpx's, whatever its status, and a failure as httpx's
+TransportError, which the claim loop retries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from lakeshore.daemon.longpoll import LongPoll
+
+Answer = Callable[[bytes, bytes], bytes | None]  # (request head, body) → what to write
+
+
+@asynccontextmanager
+async def serving(answer: Answer) -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
+    """A server on a loopback port that answers each request with ``answer`` (None: it
+    hangs up instead); the requests it read."""
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                body = await reader.readexactly(length)
+                seen.append((head, body))
+                out = answer(head, body)
+                if out is None:
+                    break
+                writer.write(out)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/", seen
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def http(status: int, payload: object) -> bytes:
+    body = json.dumps(payload).encode()
+    return (
+        b"HTTP/1.1 %d Whatever\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (status, len(body), body)
+    )
+
+
+async def test_a_claim_is_posted_with_the_token_and_answered_as_httpx_answers() -> None:
+    answers = [http(200, {"invocations": [{"id": "inv_1"}]}), http(503, {"error": "busy"})]
+    async with serving(lambda _head, _body: answers.pop(0)) as (url, seen):
+        poll = LongPoll(url, "tok-1", read_s=10)
+        try:
+            first = await poll.post("/v1/workers/w/claim", {"timeout_s": 5, "max": 3})
+            second = await poll.post("/v1/workers/w/claim", {"timeout_s": 5, "max": 3})
+        finally:
+            await poll.aclose()
+    assert isinstance(first, httpx.Response)
+    assert (first.status_code, first.json()) == (200, {"invocations": [{"id": "inv_1"}]})
+    assert first.headers["content-type"] == "application/json"
+    assert second.status_code == 503  # a refusal is an answer: the claim loop backs off
+    assert len(seen) == 2
+    head, body = seen[0]
+    assert head.startswith(b"POST /v1/workers/w/claim HTTP/1.1\r\n")
+    assert b"\r\nAuthorization: Bearer tok-1\r\n" in head
+    assert json.loads(body) == {"timeout_s": 5, "max": 3}
+
+
+async def test_a_server_that_hangs_up_or_is_not_there_is_a_transport_error() -> None:
+    async with serving(lambda _head, _body: None) as (url, seen):
+        poll = LongPoll(url, "tok", read_s=10)
+        try:
+            with pytest.raises(httpx.TransportError):
+                await poll.post("/v1/workers/w/claim", {"max": 1})
+        finally:
+            await poll.aclose()
+    assert len(seen) == 1
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    poll = LongPoll(f"http://127.0.0.1:{port}", "tok", read_s=10)
+    try:
+        with pytest.raises(httpx.TransportError):
+            await poll.post("/v1/workers/w/claim", {"max": 1})
+    finally:
+        await poll.aclose()
+
+
+async def test_an_answer_slower_than_the_read_time_out_is_a_transport_error() -> None:
+    started = asyncio.Event()
+
+    def never(_head: bytes, _body: bytes) -> bytes:
+        started.set()
+        return b""  # nothing written: the answer never comes
+
+    async with serving(never) as (url, _seen):
+        poll = LongPoll(url, "tok", read_s=0.2)
+        try:
+            with pytest.raises(httpx.TransportError):
+                await poll.post("/v1/workers/w/claim", {"max": 1})
+        finally:
+            await poll.aclose()
+    assert started.is_set()
