@@ -60,6 +60,7 @@ from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
@@ -236,7 +237,7 @@ class BackendCpu:
     that interval of its time; one there before the start counts from the start."""
 
     def __init__(self, dsn: str, every_s: float = 0.05) -> None:
-        self.database = dsn.rsplit("/", 1)[1]
+        self.database = urlsplit(dsn).path.lstrip("/")
         self.every_s = every_s
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}

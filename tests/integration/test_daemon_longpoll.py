@@ -5,15 +5,17 @@ TransportError, which the claim loop retries."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import pytest
 
-from lakeshore.daemon.longpoll import LongPoll
+from lakeshore.daemon.longpoll import LongPoll, proxy_for
 
 Answer = Callable[[bytes, bytes], bytes | None]  # (request head, body) → what to write
 
@@ -118,3 +120,53 @@ async def test_an_answer_slower_than_the_read_time_out_is_a_transport_error() ->
         finally:
             await poll.aclose()
     assert started.is_set()
+
+
+async def test_a_redirect_is_not_followed_and_a_compressed_answer_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the daemon's httpx client: a redirect is an answer, not a second request; a
+    gzipped answer (a proxy that compresses JSON) is decoded. A ``.netrc`` naming the
+    server is not read: the token is the claim's only credential."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    packed = gzip.compress(json.dumps({"invocations": []}).encode())
+    answers = [
+        b"HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(packed), packed),
+    ]
+    async with serving(lambda _head, _body: answers.pop(0)) as (url, seen):
+        poll = LongPoll(url, "tok", read_s=10)
+        try:
+            moved = await poll.post("/v1/workers/w/claim", {"max": 1})
+            packed_answer = await poll.post("/v1/workers/w/claim", {"max": 1})
+        finally:
+            await poll.aclose()
+    assert moved.status_code == 302
+    assert packed_answer.json() == {"invocations": []}
+    assert [head.split(b" ", 2)[1] for head, _ in seen] == [b"/v1/workers/w/claim"] * 2
+    assert all(b"Authorization: Bearer tok\r\n" in head for head, _ in seen)
+
+
+@pytest.mark.parametrize(
+    ("environment", "proxy"),
+    [
+        ({}, None),
+        ({"HTTP_PROXY": "http://proxy.example:3128"}, "http://proxy.example:3128"),
+        ({"ALL_PROXY": "http://all.example:3128"}, "http://all.example:3128"),
+        ({"HTTP_PROXY": "http://proxy.example:3128", "NO_PROXY": "lakeshore.example"}, None),
+        ({"HTTP_PROXY": "socks5://proxy.example:1080"}, None),
+    ],
+)
+def test_the_proxy_is_taken_from_the_environment_as_httpx_takes_it(
+    environment: dict[str, str], proxy: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert proxy_for("http://lakeshore.example:8080") == proxy

@@ -338,6 +338,8 @@ async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
             ).fetchone():
                 break
             await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the statement never ran on the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

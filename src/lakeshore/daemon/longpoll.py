@@ -11,14 +11,20 @@ app in-process: a daemon given such a transport claims through it too.
 
 :meth:`LongPoll.post` answers with an :class:`httpx.Response` and fails with an
 :class:`httpx.TransportError`, as the httpx client would, so the claim loop reads one
-kind of answer and one kind of failure whichever way the claim went. Certificates and
-proxies are taken as httpx takes them (its SSL context, the environment's proxy
-variables).
+kind of answer and one kind of failure whichever way the claim went. Like the httpx
+client it follows no redirect, decodes a compressed answer (httpx does, from the raw
+body), trusts the certificates httpx trusts (its SSL context) and bounds the connect
+(DNS included) and each read. An HTTP(S) proxy is taken from the environment once
+(``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), as httpx reads them;
+a SOCKS proxy, which aiohttp cannot use, is not. Nothing else is read from the
+environment (no ``.netrc``: the token is the claim's only credential).
 """
 
 from __future__ import annotations
 
+import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -33,13 +39,18 @@ class LongPoll:
     def __init__(self, server: str, token: str, read_s: float) -> None:
         self.server = server.rstrip("/")
         self.headers = {"Authorization": f"Bearer {token}"}
-        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S, sock_read=read_s)
+        self.timeout = aiohttp.ClientTimeout(
+            total=None, connect=CONNECT_S, sock_connect=CONNECT_S, sock_read=read_s
+        )
+        self.proxy = proxy_for(self.server)
         self._session: aiohttp.ClientSession | None = None
 
     async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         url = self.server + path
         try:
-            async with self._open().post(url, json=body, timeout=self.timeout) as response:
+            async with self._open().post(
+                url, json=body, timeout=self.timeout, allow_redirects=False, proxy=self.proxy
+            ) as response:
                 content = await response.read()
                 return httpx.Response(
                     response.status,
@@ -59,6 +70,16 @@ class LongPoll:
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=httpx.create_ssl_context())
             self._session = aiohttp.ClientSession(
-                connector=connector, headers=self.headers, trust_env=True
+                connector=connector, headers=self.headers, auto_decompress=False
             )
         return self._session
+
+
+def proxy_for(url: str) -> str | None:
+    """The HTTP(S) proxy the environment names for ``url``, as httpx would take it."""
+    parts = urlsplit(url)
+    if urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    found = urllib.request.getproxies()
+    proxy = found.get(parts.scheme) or found.get("all")
+    return proxy if proxy and urlsplit(proxy).scheme in ("http", "https") else None

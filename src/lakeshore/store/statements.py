@@ -46,6 +46,9 @@ from sqlalchemy.engine import URL, Dialect, Engine, create_engine
 
 from lakeshore.store.liveness import PING_IDLE_S, unsure
 
+CONNECT_S = 10.0  # a new connection, as SQLAlchemy's pool would wait for one
+PING_S = 5.0  # a ping of a connection that sat idle or turned readable
+
 
 class StatementConnections:
     def __init__(self, conninfo: str, size: int, wait_s: float) -> None:
@@ -88,10 +91,14 @@ class StatementConnections:
             if not unsure(conn) and time.monotonic() - since <= PING_IDLE_S:
                 return conn
             try:
-                await conn.execute("SELECT 1")
+                async with asyncio.timeout(PING_S):
+                    await conn.execute("SELECT 1")
                 return conn
-            except psycopg.Error:
+            except (psycopg.Error, TimeoutError):
                 await _discard(conn)
+            except BaseException:  # cancelled while pinging: not handed back unsure
+                await _discard(conn)
+                raise
         return await connect(self._conninfo)
 
     async def _give(self, conn: PsycopgConnection[Any]) -> None:
@@ -115,6 +122,7 @@ class SqliteStatements:
         # one connection, made and used on the one thread
         self._engine = setup(create_engine(url, poolclass=pool.StaticPool))
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-statements")
+        self._closed = False
         self.dialect: Dialect = self._engine.dialect
 
     async def execute(self, statement: Any, parameters: dict[str, Any]) -> Sequence[Row[Any]]:
@@ -127,11 +135,15 @@ class SqliteStatements:
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await done
+            while not done.done():  # however often it is cancelled meanwhile
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({done})
             raise
 
     async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._thread, self._engine.dispose)  # on its own thread
         self._thread.shutdown(wait=True)
@@ -143,7 +155,11 @@ class SqliteStatements:
 
 
 async def connect(conninfo: str) -> PsycopgConnection[Any]:
-    return await PsycopgConnection.connect(conninfo, autocommit=True)
+    """A new connection; a server that does not answer is given up on after
+    :data:`CONNECT_S` (psycopg's own default waits over two minutes)."""
+    return await PsycopgConnection.connect(
+        conninfo, autocommit=True, connect_timeout=int(CONNECT_S)
+    )
 
 
 async def _discard(conn: PsycopgConnection[Any]) -> None:
