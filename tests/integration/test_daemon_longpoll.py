@@ -64,6 +64,15 @@ def http(status: int, payload: object) -> bytes:
     )
 
 
+async def claim_once(url: str, read_s: float = 10) -> httpx.Response:
+    """One claim, on a LongPoll of its own that is closed after it."""
+    poll = LongPoll(url, "tok", read_s=read_s)
+    try:
+        return await poll.post("/v1/workers/w/claim", {"max": 1})
+    finally:
+        await poll.aclose()
+
+
 async def test_a_claim_is_posted_with_the_token_and_answered_as_httpx_answers() -> None:
     answers = [http(200, {"invocations": [{"id": "inv_1"}]}), http(503, {"error": "busy"})]
     async with serving(lambda _head, _body: answers.pop(0)) as (url, seen):
@@ -86,23 +95,15 @@ async def test_a_claim_is_posted_with_the_token_and_answered_as_httpx_answers() 
 
 async def test_a_server_that_hangs_up_or_is_not_there_is_a_transport_error() -> None:
     async with serving(lambda _head, _body: None) as (url, seen):
-        poll = LongPoll(url, "tok", read_s=10)
-        try:
-            with pytest.raises(httpx.TransportError):
-                await poll.post("/v1/workers/w/claim", {"max": 1})
-        finally:
-            await poll.aclose()
+        with pytest.raises(httpx.TransportError):
+            await claim_once(url)
     assert len(seen) == 1
 
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    poll = LongPoll(f"http://127.0.0.1:{port}", "tok", read_s=10)
-    try:
-        with pytest.raises(httpx.TransportError):
-            await poll.post("/v1/workers/w/claim", {"max": 1})
-    finally:
-        await poll.aclose()
+    with pytest.raises(httpx.TransportError):
+        await claim_once(f"http://127.0.0.1:{port}")
 
 
 async def test_an_answer_slower_than_the_read_time_out_is_a_transport_error() -> None:
@@ -113,12 +114,8 @@ async def test_an_answer_slower_than_the_read_time_out_is_a_transport_error() ->
         return b""  # nothing written: the answer never comes
 
     async with serving(never) as (url, _seen):
-        poll = LongPoll(url, "tok", read_s=0.2)
-        try:
-            with pytest.raises(httpx.TransportError):
-                await poll.post("/v1/workers/w/claim", {"max": 1})
-        finally:
-            await poll.aclose()
+        with pytest.raises(httpx.TransportError):
+            await claim_once(url, read_s=0.2)
     assert started.is_set()
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 
@@ -34,3 +35,9 @@ async def psycopg_of(conn: AsyncConnection | PsycopgConnection[Any]) -> PsycopgC
     driver = (await conn.get_raw_connection()).driver_connection
     assert isinstance(driver, PsycopgConnection)
     return driver
+
+
+def conninfo(url: URL) -> str:
+    """``url`` (a PostgreSQL one, whatever its driver) as libpq takes it, for the
+    connections psycopg opens outside SQLAlchemy's pool."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)

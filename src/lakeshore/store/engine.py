@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from lakeshore import files
 from lakeshore.errors import InvalidInput, StoreUnavailable
+from lakeshore.store.driver import conninfo
 from lakeshore.store.liveness import PING_IDLE_S, unsure
 from lakeshore.store.statements import SqliteStatements, StatementConnections
 
@@ -202,8 +203,9 @@ class Store:
                 engine.url.set(drivername="sqlite"), _writing
             )
         else:
-            libpq = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-            self._statements = StatementConnections(libpq, STATEMENT_CONNECTIONS, WRITE_WAIT_S)
+            self._statements = StatementConnections(
+                conninfo(engine.url), STATEMENT_CONNECTIONS, WRITE_WAIT_S
+            )
 
     @property
     def dialect(self) -> str:

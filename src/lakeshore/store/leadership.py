@@ -21,6 +21,8 @@ from typing import Final, Protocol
 import psycopg
 from sqlalchemy.engine import URL
 
+from lakeshore.store.driver import conninfo
+
 log = logging.getLogger("lakeshore.leadership")
 
 LOCK_KEY: Final = 0x1A4E5_0002  # pg_advisory_lock key of the controller
@@ -104,7 +106,7 @@ class AdvisoryLock:
     def __init__(self, url: URL, key: int = LOCK_KEY, what: str = "the unpinned queues") -> None:
         self.key = key
         self.what = what
-        self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._conninfo = conninfo(url)
         self._conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._lock = asyncio.Lock()
 

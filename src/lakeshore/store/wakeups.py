@@ -20,6 +20,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
+from lakeshore.store.driver import conninfo
+
 log = logging.getLogger("lakeshore.wakeups")
 
 CHANNEL = "lakeshore_wakeup"
@@ -54,10 +56,6 @@ async def publish(conn: AsyncConnection, keys: Iterable[str]) -> None:
         await conn.execute(_PUBLISH, {"channel": CHANNEL, "payloads": packed})
 
 
-def _conninfo(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 async def listen(
     url: URL,
     deliver: Callable[[list[str]], None],
@@ -74,7 +72,7 @@ async def listen(
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(
-                _conninfo(url), autocommit=True
+                conninfo(url), autocommit=True
             ) as conn:
                 await conn.execute(f"LISTEN {CHANNEL}")
                 deliver_all()
