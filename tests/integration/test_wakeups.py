@@ -16,6 +16,7 @@ from lakeshore.store import invocations as inv_store
 from lakeshore.store import namespaces as ns_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store import wakeups
+from lakeshore.store import workers as worker_store
 from lakeshore.store.engine import Store, create_engine_for, migrate, parse_url
 
 
@@ -175,6 +176,58 @@ async def test_a_submit_wakes_its_queue_once_and_a_repeated_key_wakes_nobody(
             await wakeups.publish(conn, ["marker"])
         await heard.until(3)
         assert heard.keys == ["q_a", "q_b", "marker"]
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+        await store.close()
+
+
+async def test_a_submit_handed_to_a_waiting_worker_wakes_nobody_and_a_pending_one_does(
+    fresh_pg_url: str,
+) -> None:
+    """A row that goes in leased to a waiting claim is no other claim's to take; one
+    that goes in pending, because the worker may not take it, wakes its queue."""
+    url = parse_url(fresh_pg_url)
+    migrate(url)
+    heard = Heard()
+    connected = asyncio.Event()
+    listener = asyncio.create_task(
+        wakeups.listen(url, heard.deliver, heard.deliver_all, connected=connected)
+    )
+    store = Store(create_engine_for(url))
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        await asyncio.wait_for(connected.wait(), timeout=10)
+        async with store.write() as conn:
+            await ns_store.insert_namespace(conn, id="ns_1", name="n", now=now)
+            spec = parse_spec({"name": "q-a"})
+            await queue_store.insert_queue(conn, id="q_a", namespace_id="ns_1", spec=spec, now=now)
+            worker = {
+                "id": "wk_1",
+                "namespace_id": "ns_1",
+                "name": "w1",
+                "runners": ["process"],
+                "tags": {},
+                "capabilities": {},
+                "max_invocations": 1,
+            }
+            await worker_store.upsert(conn, values=worker, queue_ids=["q_a"], now=now)
+        handed = {"worker_id": "wk_1", "holds": 1, "lease_s": 30.0}
+        async with store.statement() as raw:
+            first = await inv_store.insert_one_handed(
+                raw, _submitted("q_a", None, now), 0, **handed
+            )
+        async with store.statement() as raw:  # the worker holds one: this one waits
+            second = await inv_store.insert_one_handed(
+                raw, _submitted("q_a", None, now), 0, **handed
+            )
+        assert first is not None and first["state"] == "running"
+        assert second is not None and second["state"] == "pending"
+        async with store.write() as conn:  # a marker, so the wait has an end
+            await wakeups.publish(conn, ["marker"])
+        await heard.until(2)
+        assert heard.keys == ["q_a", "marker"]
     finally:
         listener.cancel()
         with contextlib.suppress(asyncio.CancelledError):

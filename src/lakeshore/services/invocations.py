@@ -155,7 +155,8 @@ async def _submit_to_known(
     if answer is None:  # the queue moved on, or the key is taken
         known.pop((ns.id, queue_name), None)
         return None
-    notifier.notify([queue.id])
+    if answer["state"] == "pending":  # a row handed on is no other claim's to take
+        notifier.notify([queue.id])
     return answer, True
 
 

@@ -292,7 +292,9 @@ def _handed_document(dialect: str) -> Any:
             f" JOIN seen USING (version) WHERE {_WORKER_MAY_TAKE}) AS yes),"
             f" inserted AS (INSERT INTO invocations ({names}) SELECT {values}"
             f" FROM queue, handed AS h ON CONFLICT {ON_KEY} DO NOTHING RETURNING state),"
-            " woken AS (SELECT pg_notify(:channel, :queue_id) FROM inserted)"
+            # a row handed on is no claim's to take: only a pending one wakes the queue
+            " woken AS (SELECT pg_notify(:channel, :queue_id) FROM inserted"
+            " WHERE state = 'pending')"
             " SELECT state FROM inserted, (SELECT count(*) FROM woken) AS once"
         )
         return text(sql).bindparams(
