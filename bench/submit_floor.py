@@ -9,7 +9,7 @@ In one run, on fresh PostgreSQL databases, ``--single`` sequential calls (after
 3. the same app writing each body with one autocommit ``INSERT`` (``FLOOR_MODE=insert``);
 4. Lakeshore's single submit (``lakeshore server``, a queue already submitted to).
 
-The three HTTP rows go through the SDK's own transport (``Client.request``, urllib3 with
+The three HTTP rows go through the SDK's own transport (``Client.request``, http.client with
 kept-alive connections), so their difference is the server's. It prints each row's
 calls per second, its ratio to PgQueuer's, and the CPU the server and the client spent
 per call: rows 2 and 3 are the floor under any submit over HTTP from Python here.

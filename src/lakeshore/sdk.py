@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import http.client
 import json
 import os
 import time
@@ -29,9 +30,9 @@ from urllib.parse import quote, urlencode
 
 import httpx
 import orjson
-import urllib3
 from httpx_sse import SSEError, connect_sse
 
+from lakeshore.connections import Connections
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
 
 P = ParamSpec("P")
@@ -74,9 +75,9 @@ def _remote_exception(error: dict[str, Any]) -> Exception:
 class Client:
     """The server's API from Python: submit (one or many), read, cancel, follow.
 
-    Requests go over a pool of kept-alive connections (urllib3: a submit costs one round
-    trip and little else), safe to share between threads; following a stream opens an
-    SSE client of its own."""
+    Requests go over kept-alive connections (:mod:`lakeshore.connections`: a submit costs
+    one round trip and little else), safe to share between threads; following a stream
+    opens an SSE client of its own."""
 
     def __init__(
         self,
@@ -92,14 +93,9 @@ class Client:
         self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
         self._auth = {"Authorization": f"Bearer {token.strip()}"} if token else {}
         self._timeout = timeout
-        self._pool = urllib3.connection_from_url(
-            self.url,
-            maxsize=connections,
-            timeout=urllib3.Timeout(total=timeout),
-            # a refused connection is tried once more; nothing that may have reached the
-            # server is sent again, so a submit is never made twice by the client
-            retries=urllib3.Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0),
-        )
+        # a refused connection is tried once more; nothing that may have reached the
+        # server is sent again, so a submit is never made twice by the client
+        self._pool = Connections(self.url, timeout=timeout, size=connections)
         self._sse: httpx.Client | None = None
 
     def close(self) -> None:
@@ -129,13 +125,13 @@ class Client:
         if json is not None:
             headers, body = {**headers, "Content-Type": "application/json"}, orjson.dumps(json)
         try:
-            response = self._pool.urlopen(method, path, body=body, headers=headers)
-        except urllib3.exceptions.HTTPError as exc:
-            reason = getattr(exc, "reason", None) or exc
+            status, data = self._pool.request(method, path, body, headers)
+        except (OSError, http.client.HTTPException) as exc:
+            reason = exc if str(exc) else type(exc).__name__
             raise ConnectionError(f"cannot reach the server at {self.url}: {reason}") from None
-        if not 200 <= response.status < 300:
-            _raise(response.status, response.data)
-        return orjson.loads(response.data)
+        if not 200 <= status < 300:
+            _raise(status, data)
+        return orjson.loads(data)
 
     def submit(
         self,

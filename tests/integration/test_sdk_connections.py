@@ -1,0 +1,200 @@
+"""The SDK's kept-alive connections (lakeshore.connections), against a loopback server
+that counts the connections and requests it gets."""
+
+from __future__ import annotations
+
+import http.client
+import select
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from lakeshore.connections import Connections
+
+
+class Counting(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.connections = 0
+        self.requests: list[tuple[str, bytes]] = []
+        self.mode = "keep"  # keep | drop-after | hang-up | close-header
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Counting
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.lock:
+            self.server.connections += 1
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with self.server.lock:
+            self.server.requests.append((self.path, body))
+        if self.server.mode == "hang-up":  # read it, answer nothing
+            self.close_connection = True
+            return
+        answer = b'{"ok": true}'
+        self.send_response(201)
+        self.send_header("Content-Length", str(len(answer)))
+        if self.server.mode == "close-header":
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(answer)
+        if self.server.mode == "drop-after":  # closes once idle, as a keep-alive time-out
+            self.close_connection = True
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[Counting]:
+    srv = Counting()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=10)
+
+
+def post(pool: Connections, path: str = "/v1/x", body: bytes = b"{}") -> tuple[int, bytes]:
+    return pool.request("POST", path, body, {"Content-Type": "application/json"})
+
+
+def test_requests_share_one_kept_alive_connection(server: Counting) -> None:
+    pool = Connections(server.url, timeout=10)
+    try:
+        answers = [post(pool, body=str(n).encode()) for n in range(5)]
+    finally:
+        pool.close()
+    assert answers == [(201, b'{"ok": true}')] * 5
+    assert server.connections == 1
+    assert [body for _, body in server.requests] == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_a_path_prefix_in_the_url_is_kept(server: Counting) -> None:
+    pool = Connections(server.url + "/lakeshore/", timeout=10)
+    try:
+        post(pool, "/v1/namespaces/default")
+    finally:
+        pool.close()
+    assert server.requests[0][0] == "/lakeshore/v1/namespaces/default"
+
+
+def test_a_connection_the_server_closed_while_idle_is_set_aside(server: Counting) -> None:
+    server.mode = "drop-after"
+    pool = Connections(server.url, timeout=10)
+    try:
+        for _ in range(3):
+            assert post(pool)[0] == 201
+            [idle] = pool._idle
+            assert idle.sock is not None
+            waiting = select.poll()  # until the server's close has arrived
+            waiting.register(idle.sock, select.POLLIN)
+            assert waiting.poll(10_000)
+    finally:
+        pool.close()
+    assert len(server.requests) == 3  # each sent once, each on a connection of its own
+    assert server.connections == 3
+
+
+def test_an_answer_that_closes_its_connection_is_not_kept(server: Counting) -> None:
+    server.mode = "close-header"
+    pool = Connections(server.url, timeout=10)
+    try:
+        assert post(pool)[0] == 201
+        assert pool._idle == []
+        assert post(pool)[0] == 201
+    finally:
+        pool.close()
+    assert server.connections == 2
+
+
+def test_a_request_whose_answer_never_came_is_not_sent_again(server: Counting) -> None:
+    server.mode = "hang-up"
+    pool = Connections(server.url, timeout=10)
+    try:
+        with pytest.raises((http.client.HTTPException, OSError)):
+            post(pool, body=b"once")
+    finally:
+        pool.close()
+    assert server.requests == [("/v1/x", b"once")]
+
+
+def test_a_failed_connect_is_tried_once_more(
+    server: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = http.client.HTTPConnection.connect
+    failures = [ConnectionRefusedError("refused")]
+
+    def connect(self: http.client.HTTPConnection) -> None:
+        if failures:
+            raise failures.pop()
+        real(self)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "connect", connect)
+    pool = Connections(server.url, timeout=10)
+    try:
+        assert post(pool)[0] == 201
+    finally:
+        pool.close()
+    assert len(server.requests) == 1
+
+
+def test_a_port_nothing_listens_on_is_refused_after_the_second_try(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    tries = []
+    real = http.client.HTTPConnection.connect
+
+    def connect(self: http.client.HTTPConnection) -> None:
+        tries.append(1)
+        real(self)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "connect", connect)
+    pool = Connections(f"http://127.0.0.1:{port}", timeout=10)
+    with pytest.raises(ConnectionRefusedError):
+        post(pool)
+    assert len(tries) == 2
+
+
+def test_threads_share_the_pool_up_to_its_size(server: Counting) -> None:
+    pool = Connections(server.url, timeout=10, size=4)
+    try:
+        with ThreadPoolExecutor(8) as threads:
+            answers = list(threads.map(lambda n: post(pool, body=str(n).encode()), range(80)))
+        assert len(pool._idle) <= 4
+    finally:
+        pool.close()
+    assert all(status == 201 for status, _ in answers)
+    assert sorted(int(body) for _, body in server.requests) == list(range(80))
+    assert server.connections <= 8
+
+
+def test_an_address_that_is_not_http_is_refused() -> None:
+    with pytest.raises(ValueError, match="not an http"):
+        Connections("ftp://127.0.0.1:21", timeout=1)
+    with pytest.raises(ValueError, match="not an http"):
+        Connections("127.0.0.1:8000", timeout=1)
