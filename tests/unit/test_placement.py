@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lakeshore.daemon import placement
 from lakeshore.daemon.placement import ChildView
@@ -12,6 +14,7 @@ IDLE_WARM = ChildView(running=0, all_async=True, seen=frozenset({"m:f"}))
 PLAIN_BUSY = ChildView(running=1, all_async=False, seen=frozenset({"m:f"}))
 ASYNC_ONE = ChildView(running=1, all_async=True, seen=frozenset({"m:g"}))
 ASYNC_TWO = ChildView(running=2, all_async=True, seen=frozenset({"m:g"}))
+IDLE_G = ChildView(running=0, all_async=True, seen=frozenset({"m:g"}))
 RETIRING = ChildView(running=0, all_async=True, seen=frozenset({"m:f"}), retiring=True)
 
 
@@ -30,6 +33,10 @@ RETIRING = ChildView(running=0, all_async=True, seen=frozenset({"m:f"}), retirin
         ([IDLE, ASYNC_ONE, ASYNC_TWO], "m:g", "async", 3, 2),  # packed into the busiest
         ([IDLE, ASYNC_TWO], "m:g", "async", 2, 0),  # full: the idle one
         ([PLAIN_BUSY], "m:g", "async", 4, None),  # never beside a plain run
+        ([IDLE_WARM, IDLE_WARM], "m:f", "plain", 1, 0),  # a tie: the first
+        ([IDLE, RETIRING, IDLE_WARM], "m:f", None, 1, 2),
+        ([IDLE_G, ASYNC_ONE], "m:g", "async", 2, 1),  # both ran it: the busier
+        ([ASYNC_ONE, IDLE_G], "m:g", "plain", 2, 1),
     ],
 )
 def test_choose(
@@ -65,3 +72,43 @@ def test_recycle(
         invocations, rss, max_invocations=max_invocations, max_memory_mb=max_memory_mb
     )
     assert decided is expected
+
+
+def _chosen_as_written(
+    children: list[ChildView], fn: str, kind: placement.Kind | None, concurrency: int
+) -> int | None:
+    """The rule as the module's docstring states it, the slow way round."""
+    fits = [
+        i
+        for i, c in enumerate(children)
+        if not c.retiring
+        and (c.running == 0 or (kind == "async" and c.all_async and c.running < concurrency))
+    ]
+    if not fits:
+        return None
+    return min(fits, key=lambda i: (fn not in children[i].seen, -children[i].running, i))
+
+
+_children = st.lists(
+    st.builds(
+        ChildView,
+        running=st.integers(0, 3),
+        all_async=st.booleans(),
+        seen=st.frozensets(st.sampled_from(["m:f", "m:g"])),
+        retiring=st.booleans(),
+    ),
+    max_size=6,
+)
+
+
+@given(
+    children=_children,
+    fn=st.sampled_from(["m:f", "m:g"]),
+    kind=st.sampled_from([None, "plain", "async"]),
+    concurrency=st.integers(1, 4),
+)
+def test_choose_is_the_rule_as_written(
+    children: list[ChildView], fn: str, kind: placement.Kind | None, concurrency: int
+) -> None:
+    expected = _chosen_as_written(children, fn, kind, concurrency)
+    assert placement.choose(children, fn, kind, concurrency) == expected

@@ -15,40 +15,60 @@ its resident memory above ``max_memory_mb`` — Celery's ``max_tasks_per_child``
 from __future__ import annotations
 
 from collections.abc import Sequence, Set
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 Kind = Literal["plain", "async"]
 MIB = 1024 * 1024
 
 
-class ChildView(NamedTuple):
-    """What placement needs to know of a live child (made for each child at each
-    placement: a tuple, the cheapest to build)."""
+class Placeable(Protocol):
+    """What placement reads of a live child: a :class:`ChildView`, or the pool's own
+    record of the child, read as it stands (nothing is built for a placement)."""
 
-    running: int  # invocations it runs now
-    all_async: bool  # every one of them is async (vacuously true when idle)
-    seen: Set[str]  # functions it has run (the child's own set: read, never changed)
+    @property
+    def running(self) -> int: ...  # invocations it runs now
+
+    @property
+    def all_async(self) -> bool: ...  # every one of them is async (true when idle)
+
+    @property
+    def seen(self) -> Set[str]: ...  # functions it has run
+
+    @property
+    def retiring(self) -> bool: ...
+
+
+class ChildView(NamedTuple):
+    """A child as placement sees it, written out (the tests' children)."""
+
+    running: int
+    all_async: bool
+    seen: Set[str]
     retiring: bool = False
 
 
 def choose(
-    children: Sequence[ChildView], fn: str, kind: Kind | None, async_concurrency: int
+    children: Sequence[Placeable], fn: str, kind: Kind | None, async_concurrency: int
 ) -> int | None:
     """The index of the child that takes an invocation of ``fn``; None to start a new one.
 
-    ``kind`` is None while no child has told whether ``fn`` is async."""
-    fits = [
-        index
-        for index, child in enumerate(children)
-        if not child.retiring
-        and (
-            child.running == 0
-            or (kind == "async" and child.all_async and child.running < async_concurrency)
-        )
-    ]
-    if not fits:
-        return None
-    return min(fits, key=lambda i: (fn not in children[i].seen, -children[i].running, i))
+    ``kind`` is None while no child has told whether ``fn`` is async. Of the children
+    that can take it, the first by (has not run ``fn``, fewest running is last), then by
+    index; ``all_async`` is read only of a busy child an async invocation could join."""
+    best: int | None = None
+    best_key = (True, 0)
+    for index, child in enumerate(children):
+        if child.retiring:
+            continue
+        running = child.running
+        if running and not (kind == "async" and running < async_concurrency and child.all_async):
+            continue
+        key = (fn not in child.seen, -running)
+        if best is None or key < best_key:
+            best, best_key = index, key
+            if kind != "async" and not key[0]:
+                break  # an idle child that ran it: none later comes first
+    return best
 
 
 def recycle(

@@ -95,10 +95,13 @@ class ChildProcess:
     def pid(self) -> int:
         return self.process.pid
 
-    def view(self) -> placement.ChildView:
-        tickets = self.tickets
-        all_async = not tickets or all(t.kind == "async" for t in tickets.values())
-        return placement.ChildView(len(tickets), all_async, self.seen, self.retiring)
+    @property
+    def running(self) -> int:
+        return len(self.tickets)
+
+    @property
+    def all_async(self) -> bool:
+        return all(ticket.kind == "async" for ticket in self.tickets.values())
 
     def send(self, *message: Any) -> None:
         """Send, or nothing if it is gone (its burial tells its invocations)."""
@@ -153,14 +156,14 @@ class Pool:
         with self._lock:
             if self.closed:
                 raise RuntimeError("the pool is closed")
-            views = [child.view() for child in self._children]
-            index = placement.choose(views, fn, self._kinds.get(fn), self.config.async_concurrency)
+            kind, concurrency = self._kinds.get(fn), self.config.async_concurrency
+            index = placement.choose(self._children, fn, kind, concurrency)
             child = self._start() if index is None else self._children[index]
             ticket = Ticket(
                 str(next(self._ids)),
                 fn,
                 child,
-                self._kinds.get(fn),
+                kind,
                 warm=fn in child.seen,
                 post=post,
             )
