@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from sqlalchemy import text
 
 from lakeshore.domain.ids import new_id
@@ -233,3 +237,71 @@ async def test_a_submit_handed_to_a_waiting_worker_wakes_nobody_and_a_pending_on
         with contextlib.suppress(asyncio.CancelledError):
             await listener
         await store.close()
+
+
+async def test_a_dropped_listener_lets_go_of_its_socket_at_once(
+    fresh_pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq closes a broken connection's socket inside the listener's read: from then on
+    the descriptor's number is free, and the next socket opened in the process may get
+    it. The listener's reader must be gone by then, or its clean-up would take away the
+    new socket's reader."""
+    url = parse_url(fresh_pg_url)
+    fds: list[int] = []
+    heard = wakeups._heard
+
+    async def noting(conn: Any, deliver: Any) -> None:
+        fds.append(conn.pgconn.socket)
+        await heard(conn, deliver)
+
+    monkeypatch.setattr(wakeups, "_heard", noting)
+    connected = asyncio.Event()
+    listener = asyncio.create_task(
+        wakeups.listen(url, lambda _: None, lambda: None, retry_s=30, connected=connected)
+    )
+    loop = asyncio.get_running_loop()
+    taken = asyncio.Event()
+    fired = asyncio.Event()
+    sockets: list[socket.socket] = []
+    try:
+        await asyncio.wait_for(connected.wait(), timeout=10)
+        [fd] = fds
+
+        def watch() -> None:  # at every turn of the loop, until the number is free
+            try:
+                os.fstat(fd)
+            except OSError:
+                other = socket.socket()  # the lowest free number: likely the same
+                if other.fileno() != fd:  # if not, moved onto it
+                    os.dup2(other.fileno(), fd)
+                    other.close()
+                    other = socket.socket(fileno=fd)
+                sockets.append(other)
+                loop.add_reader(fd, fired.set)
+                taken.set()
+                return
+            loop.call_soon(watch)
+
+        loop.call_soon(watch)
+        with psycopg.connect(fresh_pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND query ILIKE 'LISTEN%'"
+            )
+        await asyncio.wait_for(taken.wait(), timeout=10)
+        with socket.socket() as server:  # make the new socket readable
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            sockets[0].connect(server.getsockname())
+            accepted, _ = server.accept()
+            with accepted:
+                accepted.sendall(b"x")
+                await asyncio.wait_for(fired.wait(), timeout=10)
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+        for sock in sockets:
+            loop.remove_reader(sock.fileno())
+            sock.close()
