@@ -30,21 +30,25 @@ class Connections:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r} is not an http:// or https:// address")
         self.url = url
+        https = parts.scheme == "https"
         self._host = parts.hostname
-        self._port = parts.port
+        # given, so that http.client does not read a port out of an IPv6 host
+        self._port = parts.port or (443 if https else 80)
         self._prefix = parts.path.rstrip("/")
-        self._context = ssl.create_default_context() if parts.scheme == "https" else None
+        self._context = ssl.create_default_context() if https else None
         self._timeout = timeout
         self._size = size
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def request(
         self, method: str, path: str, body: bytes | None, headers: dict[str, str]
     ) -> tuple[int, bytes]:
         """``method path``: the answer's status and body. ``OSError`` (a
-        ``ConnectionError`` or ``TimeoutError`` among them) or ``http.client.HTTPException``
-        when no answer came; the request is not sent again."""
+        ``ConnectionError`` or ``TimeoutError`` among them), ``http.client.HTTPException``
+        or ``UnicodeError`` (a host name that cannot be looked up) when no answer came;
+        the request is not sent again."""
         conn = self._take()
         try:
             conn.request(method, self._prefix + path, body=body, headers=headers)
@@ -60,7 +64,9 @@ class Connections:
         return response.status, data
 
     def close(self) -> None:
+        """Close the idle connections, and each one in use as its request ends."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
@@ -81,7 +87,7 @@ class Connections:
 
     def _give(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
-            if len(self._idle) < self._size:
+            if not self._closed and len(self._idle) < self._size:
                 self._idle.append(conn)
                 return
         conn.close()
@@ -106,11 +112,14 @@ def _open(conn: http.client.HTTPConnection) -> bool:
     """Whether an idle connection is still the server's to answer on: it has a socket,
     and nothing arrived on it while it sat idle (what arrives unasked is the server's
     close, or bytes no request asked for)."""
-    if conn.sock is None:
+    sock = conn.sock
+    if sock is None:
         return False
-    poller = select.poll()  # not select(): a process may hold over 1,024 descriptors
     try:
-        poller.register(conn.sock, select.POLLIN)
+        if hasattr(select, "poll"):  # not select() where it can: it fails past 1,023
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return not poller.poll(0)
+        return not select.select([sock], [], [], 0)[0]  # Windows
     except (OSError, ValueError):
         return False
-    return not poller.poll(0)

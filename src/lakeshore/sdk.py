@@ -126,7 +126,7 @@ class Client:
             headers, body = {**headers, "Content-Type": "application/json"}, orjson.dumps(json)
         try:
             status, data = self._pool.request(method, path, body, headers)
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, UnicodeError) as exc:
             reason = exc if str(exc) else type(exc).__name__
             raise ConnectionError(f"cannot reach the server at {self.url}: {reason}") from None
         if not 200 <= status < 300:

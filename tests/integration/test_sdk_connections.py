@@ -198,3 +198,39 @@ def test_an_address_that_is_not_http_is_refused() -> None:
         Connections("ftp://127.0.0.1:21", timeout=1)
     with pytest.raises(ValueError, match="not an http"):
         Connections("127.0.0.1:8000", timeout=1)
+
+
+def test_an_ipv6_host_without_a_port_is_asked_on_the_scheme_s_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[tuple[str, int]] = []
+
+    def connect(self: http.client.HTTPConnection) -> None:
+        asked.append((self.host, self.port))
+        raise ConnectionRefusedError("refused")
+
+    monkeypatch.setattr(http.client.HTTPConnection, "connect", connect)
+    for url, port in (("http://[::1]", 80), ("https://[::1]", 443), ("http://[::1]:8123", 8123)):
+        asked.clear()
+        with pytest.raises(ConnectionRefusedError):
+            post(Connections(url, timeout=1))
+        assert asked == [("::1", port)] * 2
+
+
+def test_a_connection_in_use_as_the_pool_closes_is_not_kept(server: Counting) -> None:
+    pool = Connections(server.url, timeout=10)
+    pool.close()
+    assert post(pool)[0] == 201  # a request still goes out, on a connection of its own
+    assert pool._idle == []
+
+
+def test_the_client_says_connection_error_for_every_way_of_not_reaching_the_server(
+    server: Counting,
+) -> None:
+    from lakeshore.sdk import Client
+
+    server.mode = "hang-up"
+    with Client(server.url, "token") as client, pytest.raises(ConnectionError, match="cannot"):
+        client.request("POST", "/v1/x", json={})
+    with Client("http://a..b:8000", "token") as client, pytest.raises(ConnectionError):
+        client.request("GET", "/v1/x")  # a host name that cannot be looked up
