@@ -305,3 +305,32 @@ async def test_a_dropped_listener_lets_go_of_its_socket_at_once(
         for sock in sockets:
             loop.remove_reader(sock.fileno())
             sock.close()
+
+
+async def test_the_listener_finds_a_silent_server_gone_by_tcp_keepalives(
+    fresh_pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It only ever reads, so nothing else would notice a server that stopped answering
+    without closing the connection; a URL's own keepalive settings stand."""
+    seen: list[dict[str, str]] = []
+    heard = wakeups._heard
+
+    async def noting(conn: Any, deliver: Any) -> None:
+        seen.append(conn.info.get_parameters())
+        await heard(conn, deliver)
+
+    monkeypatch.setattr(wakeups, "_heard", noting)
+    for url, idle in ((fresh_pg_url, "30"), (f"{fresh_pg_url}?keepalives_idle=7", "7")):
+        connected = asyncio.Event()
+        listener = asyncio.create_task(
+            wakeups.listen(parse_url(url), lambda _: None, lambda: None, connected=connected)
+        )
+        try:
+            await asyncio.wait_for(connected.wait(), timeout=10)
+        finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+        assert seen[-1]["keepalives"] == "1"
+        assert seen[-1]["keepalives_idle"] == idle
+        assert (seen[-1]["keepalives_interval"], seen[-1]["keepalives_count"]) == ("10", "3")

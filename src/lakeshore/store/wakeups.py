@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
+import psycopg.conninfo
 from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import URL
@@ -28,6 +29,16 @@ log = logging.getLogger("lakeshore.wakeups")
 CHANNEL = "lakeshore_wakeup"
 SEPARATOR = " "  # between the keys of one notification (keys are ids: no spaces)
 PAYLOAD_BYTES = 7900  # PostgreSQL takes notification payloads of under 8000 bytes
+# A listener only ever reads: a server gone silent (no FIN, no RST: a dropped route, a
+# host that froze) would leave it waiting for ever, deaf to every other replica. TCP
+# keepalives find such a connection dead within about a minute (30 s idle, then 3 probes
+# 10 s apart), and it reconnects. Where the database's URL sets its own, those stand.
+KEEPALIVES = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
 _PUBLISH = text("SELECT pg_notify(:channel, payload) FROM unnest(:payloads) AS payload").bindparams(
     bindparam("payloads", type_=ARRAY(Text()))
 )
@@ -57,6 +68,14 @@ async def publish(conn: AsyncConnection, keys: Iterable[str]) -> None:
         await conn.execute(_PUBLISH, {"channel": CHANNEL, "payloads": packed})
 
 
+def listener_conninfo(url: URL) -> str:
+    """The listener's connection: ``url``'s, with :data:`KEEPALIVES` where it sets none."""
+    base = conninfo(url)
+    given = psycopg.conninfo.conninfo_to_dict(base)
+    extra = {name: value for name, value in KEEPALIVES.items() if name not in given}
+    return psycopg.conninfo.make_conninfo(base, **extra)
+
+
 async def listen(
     url: URL,
     deliver: Callable[[list[str]], None],
@@ -73,7 +92,7 @@ async def listen(
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(
-                conninfo(url), autocommit=True
+                listener_conninfo(url), autocommit=True
             ) as conn:
                 await conn.execute(f"LISTEN {CHANNEL}")
                 deliver_all()
