@@ -53,8 +53,8 @@ def choose(
     """The index of the child that takes an invocation of ``fn``; None to start a new one.
 
     ``kind`` is None while no child has told whether ``fn`` is async. Of the children
-    that can take it, the first by (has not run ``fn``, fewest running is last), then by
-    index; ``all_async`` is read only of a busy child an async invocation could join."""
+    that can take it: one that has run ``fn`` first, then the busiest, then the first in
+    order. ``all_async`` is read only of a busy child an async invocation could join."""
     best: int | None = None
     best_key = (True, 0)
     for index, child in enumerate(children):
