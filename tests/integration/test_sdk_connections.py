@@ -4,11 +4,15 @@ that counts the connections and requests it gets."""
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import select
+import ssl
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -234,3 +238,78 @@ def test_the_client_says_connection_error_for_every_way_of_not_reaching_the_serv
         client.request("POST", "/v1/x", json={})
     with Client("http://a..b:8000", "token") as client, pytest.raises(ConnectionError):
         client.request("GET", "/v1/x")  # a host name that cannot be looked up
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1, signed by its own key: (certificate, key) files."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lakeshore test")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+@pytest.fixture
+def tls_server(server: Counting, tmp_path: Path) -> Iterator[tuple[Counting, Path]]:
+    cert_file, key_file = _self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    yield server, cert_file
+
+
+def test_https_checks_the_certificate_and_keeps_the_connection(
+    tls_server: tuple[Counting, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, cert_file = tls_server
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    from lakeshore.sdk import Client
+
+    connects: list[int] = []
+    real = Connections._connected
+
+    def counted(self: Connections) -> http.client.HTTPConnection:
+        connects.append(1)
+        return real(self)
+
+    monkeypatch.setattr(Connections, "_connected", counted)
+    with Client(url, "token") as client, pytest.raises(ConnectionError, match="CERTIFICATE"):
+        client.request("POST", "/v1/x", json={})  # not trusted here: refused
+    assert server.requests == []
+    assert len(connects) == 1  # a refused certificate is not tried again
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # trusted as the system's own
+    pool = Connections(url, timeout=10)
+    try:
+        assert [post(pool)[0] for _ in range(3)] == [201] * 3
+    finally:
+        pool.close()
+    assert len(server.requests) == 3
+    assert server.connections == 1  # one connection for all three
