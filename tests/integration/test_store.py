@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -352,16 +353,25 @@ async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
         assert running == (0,)  # cancelled on the server too, not left running
 
 
-async def test_a_sqlite_statement_is_one_transaction_on_its_thread_and_holds_the_writer_lock(
+async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SQLite: a one-statement write is a write transaction made whole on a thread of
-    its own, its row seen at once by the store's reads. A caller cancelled while it runs
-    keeps this process's writer lock until the transaction has ended, so no other
-    writer of this process starts against it."""
+    """SQLite: a one-statement write is a write transaction made whole on the event
+    loop's thread, its row seen at once by the store's reads. Its connection waits for no
+    lock and never checkpoints the WAL; the statement thread checkpoints it after every
+    CHECKPOINT_EVERY statements."""
     if store.dialect != "sqlite":
-        pytest.skip("SQLite's statement thread")
+        pytest.skip("SQLite's statements")
     await _namespace(store)
+    threads: list[int] = []
+    real = statements_module._transaction
+
+    def noted(engine: Any, statement: Any, parameters: dict[str, Any]) -> Any:
+        threads.append(threading.get_ident())
+        return real(engine, statement, parameters)
+
+    monkeypatch.setattr(statements_module, "_transaction", noted)
+    monkeypatch.setattr(statements_module, "CHECKPOINT_EVERY", 2)
     async with store.statement() as conn:
         assert isinstance(conn, SqliteStatements)
         rows = await conn.execute(
@@ -371,36 +381,83 @@ async def test_a_sqlite_statement_is_one_transaction_on_its_thread_and_holds_the
             {},
         )
     assert [tuple(row) for row in rows] == [("ns_b",)]
+    assert threads == [threading.get_ident()]
     async with store.read() as read:
         assert (
             await read.execute(select(namespaces.c.name).where(namespaces.c.id == "ns_b"))
         ).scalar_one() == "b"
+    async with store.statement() as conn:
+        assert isinstance(conn, SqliteStatements)
+        inline = conn._inline.raw_connection()
+        try:
+            cursor = inline.driver_connection
+            assert cursor is not None
+            pragmas = [
+                cursor.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("busy_timeout", "wal_autocheckpoint")
+            ]
+        finally:
+            inline.close()
+        assert pragmas == [0, 0]
+        assert conn.checkpointing is None
+        await conn.execute(insert(namespaces).values(id="ns_c", name="c", created_at=NOW), {})
+        assert conn.checkpointing is not None  # the second statement: one is asked for
+        await asyncio.wrap_future(conn.checkpointing)
 
-    entered, release = threading.Event(), threading.Event()
-    real = SqliteStatements._transaction
 
-    def held(self: SqliteStatements, statement: Any, parameters: dict[str, Any]) -> Any:
-        entered.set()
-        assert release.wait(10)
-        return real(self, statement, parameters)
+async def test_a_sqlite_statement_that_finds_the_database_busy_waits_on_its_thread(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's write holds the lock: the statement waits on the statement
+    thread, not on the loop, and commits once the lock is free. A caller cancelled while
+    it waits keeps this process's writer lock until its transaction has ended, so no
+    other writer of this process starts against it."""
+    if store.dialect != "sqlite":
+        pytest.skip("SQLite's statements")
+    await _namespace(store)
+    threads: list[int] = []
+    real = statements_module._transaction
 
-    monkeypatch.setattr(SqliteStatements, "_transaction", held)
+    def noted(engine: Any, statement: Any, parameters: dict[str, Any]) -> Any:
+        threads.append(threading.get_ident())
+        return real(engine, statement, parameters)
 
-    async def write() -> None:
-        async with store.statement() as conn:
-            assert isinstance(conn, SqliteStatements)
-            await conn.execute(insert(namespaces).values(id="ns_c", name="c", created_at=NOW), {})
+    monkeypatch.setattr(statements_module, "_transaction", noted)
+    other = sqlite3.connect(store.engine.url.database or "", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # as another process's writer would
 
-    task = asyncio.create_task(write())
-    assert await asyncio.to_thread(entered.wait, 10)
-    task.cancel()
-    await asyncio.sleep(0)  # the cancellation is delivered; the transaction still runs
-    assert store._writer is not None and store._writer.locked()
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert not store._writer.locked()
-    async with store.read() as read:  # the transaction ended, committed
-        assert (
-            await read.execute(select(namespaces.c.name).where(namespaces.c.id == "ns_c"))
-        ).scalar_one() == "c"
+        async def write(ns_id: str) -> None:
+            async with store.statement() as conn:
+                assert isinstance(conn, SqliteStatements)
+                await conn.execute(
+                    insert(namespaces).values(id=ns_id, name=ns_id, created_at=NOW), {}
+                )
+
+        waiting = asyncio.create_task(write("ns_d"))
+        for _ in range(5):  # the loop goes on while it waits
+            await asyncio.sleep(0.01)
+        assert not waiting.done()
+        other.execute("COMMIT")
+        await asyncio.wait_for(waiting, timeout=10)
+        loop_thread = threading.get_ident()
+        assert threads[0] == loop_thread and threads[1:] and loop_thread not in threads[1:]
+
+        other.execute("BEGIN IMMEDIATE")
+        cancelled = asyncio.create_task(write("ns_e"))
+        for _ in range(5):  # on the thread now, waiting for the lock
+            await asyncio.sleep(0.01)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        assert store._writer is not None and store._writer.locked()
+        other.execute("COMMIT")
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert not store._writer.locked()
+    finally:
+        other.close()
+    async with store.read() as read:  # both committed
+        names = await read.execute(
+            select(namespaces.c.name).where(namespaces.c.id.in_(["ns_d", "ns_e"]))
+        )
+        assert sorted(names.scalars()) == ["ns_d", "ns_e"]
