@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -358,8 +360,9 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
 ) -> None:
     """SQLite: a one-statement write is a write transaction made whole on the event
     loop's thread, its row seen at once by the store's reads. Its connection waits for no
-    lock and never checkpoints the WAL; the statement thread checkpoints it after every
-    CHECKPOINT_EVERY statements."""
+    lock and never checkpoints the WAL: every CHECKPOINT_EVERY statements a checkpoint
+    runs on the statement thread, and the statement after it (which rewinds the log)
+    too. However many statements, the log does not outgrow one round of them."""
     if store.dialect != "sqlite":
         pytest.skip("SQLite's statements")
     await _namespace(store)
@@ -371,7 +374,7 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
         return real(engine, statement, parameters)
 
     monkeypatch.setattr(statements_module, "_transaction", noted)
-    monkeypatch.setattr(statements_module, "CHECKPOINT_EVERY", 2)
+    monkeypatch.setattr(statements_module, "CHECKPOINT_EVERY", 10)
     async with store.statement() as conn:
         assert isinstance(conn, SqliteStatements)
         rows = await conn.execute(
@@ -381,7 +384,8 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
             {},
         )
     assert [tuple(row) for row in rows] == [("ns_b",)]
-    assert threads == [threading.get_ident()]
+    loop_thread = threading.get_ident()
+    assert threads == [loop_thread]
     async with store.read() as read:
         assert (
             await read.execute(select(namespaces.c.name).where(namespaces.c.id == "ns_b"))
@@ -398,11 +402,21 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
             ]
         finally:
             inline.close()
-        assert pragmas == [0, 0]
-        assert conn.checkpointing is None
-        await conn.execute(insert(namespaces).values(id="ns_c", name="c", created_at=NOW), {})
-        assert conn.checkpointing is not None  # the second statement: one is asked for
-        await asyncio.wrap_future(conn.checkpointing)
+    assert pragmas == [0, 0]
+
+    wal = Path(f"{store.engine.url.database}-wal")
+    sizes = []
+    for n in range(60):
+        async with store.statement() as conn:
+            assert isinstance(conn, SqliteStatements)
+            await conn.execute(
+                insert(namespaces).values(id=f"ns_{n}", name=f"n{n}", created_at=NOW), {}
+            )
+        if n % 10 == 9:
+            sizes.append(await asyncio.to_thread(lambda: wal.stat().st_size))
+    assert threads[10] != loop_thread  # the 11th statement, after the first checkpoint
+    assert threads.count(loop_thread) == len(threads) - 6  # after each of 6 checkpoints
+    assert max(sizes) == sizes[0]  # rewound after each checkpoint, never grown
 
 
 async def test_a_sqlite_statement_that_finds_the_database_busy_waits_on_its_thread(
@@ -461,3 +475,14 @@ async def test_a_sqlite_statement_that_finds_the_database_busy_waits_on_its_thre
             select(namespaces.c.name).where(namespaces.c.id.in_(["ns_d", "ns_e"]))
         )
         assert sorted(names.scalars()) == ["ns_d", "ns_e"]
+
+
+async def test_closed_sqlite_statements_write_nothing(tmp_path: Path) -> None:
+    url = parse_url(f"sqlite:///{tmp_path}/closed.db")
+    migrate(url)
+    statements = SqliteStatements(url.set(drivername="sqlite"), engine_module._writing)
+    await statements.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await statements.execute(insert(namespaces).values(id="ns_x", name="x", created_at=NOW), {})
+    with contextlib.closing(sqlite3.connect(tmp_path / "closed.db")) as db:
+        assert db.execute("SELECT count(*) FROM namespaces").fetchone() == (0,)

@@ -35,9 +35,9 @@ import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection as PsycopgConnection
@@ -50,6 +50,7 @@ from sqlalchemy.exc import OperationalError
 from lakeshore.store.liveness import PING_IDLE_S, unsure
 
 log = logging.getLogger("lakeshore.store")
+T = TypeVar("T")
 
 CONNECT_S = 10.0  # a new connection, as SQLAlchemy's pool would wait for one
 PING_S = 5.0  # a ping of a connection that sat idle or turned readable
@@ -118,8 +119,8 @@ class StatementConnections:
         self._idle.append((conn, time.monotonic()))
 
 
-# a checkpoint of the WAL, on the statement thread, after this many statements run on
-# the loop (whose commits never checkpoint: see SqliteStatements)
+# a checkpoint of the WAL, on the statement thread, after this many statements (whose
+# commits on the loop never checkpoint: see SqliteStatements)
 CHECKPOINT_EVERY = 500
 
 
@@ -130,18 +131,20 @@ class SqliteStatements:
 
     A hop to a thread and back (two wake-ups, two hand-overs of the GIL) cost more CPU
     than the transaction itself: 0.2-0.3 ms of a real server's CPU a single submit
-    (docs/architecture.md). The loop never waits on
-    another writer or on a checkpoint for it: this process's writers queue on the
-    store's writer lock before they begin (the caller holds it); the loop's connection
-    waits for no lock (``busy_timeout`` 0), so while another process writes, the
-    statement goes to a thread of its own and waits there as any write would; and its
-    commits never checkpoint the WAL (``wal_autocheckpoint`` 0): that thread checkpoints
-    it after every :data:`CHECKPOINT_EVERY` statements (``PASSIVE``, which waits for
-    no writer), besides the checkpoints of the store's other connections."""
+    (docs/architecture.md). The loop does not wait on another writer or on the disk for
+    it: this process's writers queue on the store's writer lock before they begin (the
+    caller holds it); the loop's connection waits for no lock (``busy_timeout`` 0), so
+    while another process writes, the statement goes to a thread of its own and waits
+    there as any write would; and its commits never checkpoint the WAL
+    (``wal_autocheckpoint`` 0). Every :data:`CHECKPOINT_EVERY` statements the caller
+    waits, on that thread and still holding the writer lock, for a checkpoint that then
+    copies the whole log; the next statement, which starts the log afresh and syncs its
+    header, runs on the thread too."""
 
     def __init__(self, url: URL, setup: Callable[[Engine], Engine]) -> None:
-        base = create_engine(url, poolclass=pool.StaticPool)
-        self._inline = setup(base)  # one connection, used on the loop's thread
+        # one connection, used on the loop's thread; it waits for no lock, opening included
+        base = create_engine(url, poolclass=pool.StaticPool, connect_args={"timeout": 0})
+        self._inline = setup(base)
 
         @event.listens_for(base, "connect")
         def _never_waits(dbapi_connection: Any, _record: Any) -> None:  # after setup's
@@ -151,35 +154,41 @@ class SqliteStatements:
             cursor.close()
 
         # one connection, made and used on the one thread: a statement that found the
-        # database busy, and the checkpoints
+        # database busy, the checkpoints, and the statement after each
         self._engine = setup(create_engine(url, poolclass=pool.StaticPool))
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-statements")
         self._closed = False
         self._since_checkpoint = 0
-        self.checkpointing: Future[None] | None = None  # the last one asked for
+        self._restarting = False  # a checkpoint copied the log: the next write rewinds it
         self.dialect: Dialect = self._engine.dialect
 
     async def execute(self, statement: Any, parameters: dict[str, Any]) -> Sequence[Row[Any]]:
         """Run ``statement`` as a transaction of its own: the rows it returned."""
-        try:
-            rows = _transaction(self._inline, statement, parameters)
-        except OperationalError as exc:
-            if not _busy(exc):
-                raise
-            rows = await self._on_thread(statement, parameters)  # rolled back: again there
+        if self._closed:
+            raise RuntimeError("the store is closed")
+        if self._restarting:
+            self._restarting = False
+            rows = await self._on_thread(_transaction, self._engine, statement, parameters)
+        else:
+            try:
+                rows = _transaction(self._inline, statement, parameters)
+            except OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                # rolled back: made again on the thread, which waits for the lock
+                rows = await self._on_thread(_transaction, self._engine, statement, parameters)
         self._since_checkpoint += 1
         if self._since_checkpoint >= CHECKPOINT_EVERY:
             self._since_checkpoint = 0
-            self.checkpointing = self._thread.submit(self._checkpoint)
+            await self._on_thread(self._checkpoint)
+            self._restarting = True
         return rows
 
-    async def _on_thread(self, statement: Any, parameters: dict[str, Any]) -> Sequence[Row[Any]]:
-        """The transaction on the statement thread, waiting for the lock there. A caller
-        cancelled meanwhile still waits for the transaction to end (it holds the store's
-        writer lock until then), then is cancelled."""
-        done = asyncio.get_running_loop().run_in_executor(
-            self._thread, _transaction, self._engine, statement, parameters
-        )
+    async def _on_thread(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on the statement thread. A caller cancelled meanwhile still
+        waits for it to end (it holds the store's writer lock until then), then is
+        cancelled."""
+        done = asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
