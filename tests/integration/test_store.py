@@ -355,8 +355,22 @@ async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
         assert running == (0,)  # cancelled on the server too, not left running
 
 
+@pytest.fixture
+def threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The thread each SQLite statement's transaction ran on, in order."""
+    ran: list[int] = []
+    real = statements_module._transaction
+
+    def noted(engine: Any, statement: Any, parameters: dict[str, Any]) -> Any:
+        ran.append(threading.get_ident())
+        return real(engine, statement, parameters)
+
+    monkeypatch.setattr(statements_module, "_transaction", noted)
+    return ran
+
+
 async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch, threads: list[int]
 ) -> None:
     """SQLite: a one-statement write is a write transaction made whole on the event
     loop's thread, its row seen at once by the store's reads. Its connection waits for no
@@ -366,14 +380,6 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
     if store.dialect != "sqlite":
         pytest.skip("SQLite's statements")
     await _namespace(store)
-    threads: list[int] = []
-    real = statements_module._transaction
-
-    def noted(engine: Any, statement: Any, parameters: dict[str, Any]) -> Any:
-        threads.append(threading.get_ident())
-        return real(engine, statement, parameters)
-
-    monkeypatch.setattr(statements_module, "_transaction", noted)
     monkeypatch.setattr(statements_module, "CHECKPOINT_EVERY", 10)
     async with store.statement() as conn:
         assert isinstance(conn, SqliteStatements)
@@ -420,7 +426,7 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
 
 
 async def test_a_sqlite_statement_that_finds_the_database_busy_waits_on_its_thread(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, threads: list[int]
 ) -> None:
     """Another process's write holds the lock: the statement waits on the statement
     thread, not on the loop, and commits once the lock is free. A caller cancelled while
@@ -429,14 +435,6 @@ async def test_a_sqlite_statement_that_finds_the_database_busy_waits_on_its_thre
     if store.dialect != "sqlite":
         pytest.skip("SQLite's statements")
     await _namespace(store)
-    threads: list[int] = []
-    real = statements_module._transaction
-
-    def noted(engine: Any, statement: Any, parameters: dict[str, Any]) -> Any:
-        threads.append(threading.get_ident())
-        return real(engine, statement, parameters)
-
-    monkeypatch.setattr(statements_module, "_transaction", noted)
     other = sqlite3.connect(store.engine.url.database or "", isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")  # as another process's writer would

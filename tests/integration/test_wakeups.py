@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,41 @@ class Heard:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), timeout=0.05)
         raise AssertionError(f"heard {self.keys}, wanted {count} keys")
+
+
+@contextlib.asynccontextmanager
+async def listening(
+    url: Any,
+    deliver: Callable[[list[str]], None] = lambda _: None,
+    deliver_all: Callable[[], None] = lambda: None,
+    **options: Any,
+) -> AsyncIterator[None]:
+    """``wakeups.listen`` running for the block, which starts once it is listening."""
+    connected = asyncio.Event()
+    listener = asyncio.create_task(
+        wakeups.listen(url, deliver, deliver_all, connected=connected, **options)
+    )
+    try:
+        await asyncio.wait_for(connected.wait(), timeout=10)
+        yield
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+
+
+@pytest.fixture
+def listener_connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, dict[str, str]]]:
+    """Each listener connection as it starts to listen: its socket, its parameters."""
+    seen: list[tuple[int, dict[str, str]]] = []
+    heard = wakeups._heard
+
+    async def noting(conn: Any, deliver: Any) -> None:
+        seen.append((conn.pgconn.socket, conn.info.get_parameters()))
+        await heard(conn, deliver)
+
+    monkeypatch.setattr(wakeups, "_heard", noting)
+    return seen
 
 
 async def test_committed_keys_reach_a_listener_and_rolled_back_ones_do_not(
@@ -155,35 +191,28 @@ async def test_a_submit_wakes_its_queue_once_and_a_repeated_key_wakes_nobody(
     url = parse_url(fresh_pg_url)
     migrate(url)
     heard = Heard()
-    connected = asyncio.Event()
-    listener = asyncio.create_task(
-        wakeups.listen(url, heard.deliver, heard.deliver_all, connected=connected)
-    )
     store = Store(create_engine_for(url))
     now = datetime(2026, 1, 1, tzinfo=UTC)
     try:
-        await asyncio.wait_for(connected.wait(), timeout=10)
-        async with store.write() as conn:
-            await ns_store.insert_namespace(conn, id="ns_1", name="n", now=now)
-            for name in ("q_a", "q_b"):
-                spec = parse_spec({"name": name.replace("_", "-")})
-                await queue_store.insert_queue(
-                    conn, id=name, namespace_id="ns_1", spec=spec, now=now
-                )
-        async with store.write() as conn:  # three rows, one wake-up
-            await inv_store.insert_many(conn, [_submitted("q_a", None, now) for _ in range(3)])
-        async with store.write() as conn:
-            await inv_store.insert_many(conn, [_submitted("q_b", "k", now)])
-        async with store.write() as conn:  # the key is taken: nothing new to wake for
-            await inv_store.insert_many(conn, [_submitted("q_b", "k", now)])
-        async with store.write() as conn:  # a marker, so the wait has an end
-            await wakeups.publish(conn, ["marker"])
-        await heard.until(3)
+        async with listening(url, heard.deliver, heard.deliver_all):
+            async with store.write() as conn:
+                await ns_store.insert_namespace(conn, id="ns_1", name="n", now=now)
+                for name in ("q_a", "q_b"):
+                    spec = parse_spec({"name": name.replace("_", "-")})
+                    await queue_store.insert_queue(
+                        conn, id=name, namespace_id="ns_1", spec=spec, now=now
+                    )
+            async with store.write() as conn:  # three rows, one wake-up
+                await inv_store.insert_many(conn, [_submitted("q_a", None, now) for _ in range(3)])
+            async with store.write() as conn:
+                await inv_store.insert_many(conn, [_submitted("q_b", "k", now)])
+            async with store.write() as conn:  # the key is taken: nothing new to wake for
+                await inv_store.insert_many(conn, [_submitted("q_b", "k", now)])
+            async with store.write() as conn:  # a marker, so the wait has an end
+                await wakeups.publish(conn, ["marker"])
+            await heard.until(3)
         assert heard.keys == ["q_a", "q_b", "marker"]
     finally:
-        listener.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await listener
         await store.close()
 
 
@@ -195,142 +224,106 @@ async def test_a_submit_handed_to_a_waiting_worker_wakes_nobody_and_a_pending_on
     url = parse_url(fresh_pg_url)
     migrate(url)
     heard = Heard()
-    connected = asyncio.Event()
-    listener = asyncio.create_task(
-        wakeups.listen(url, heard.deliver, heard.deliver_all, connected=connected)
-    )
     store = Store(create_engine_for(url))
     now = datetime(2026, 1, 1, tzinfo=UTC)
     try:
-        await asyncio.wait_for(connected.wait(), timeout=10)
-        async with store.write() as conn:
-            await ns_store.insert_namespace(conn, id="ns_1", name="n", now=now)
-            spec = parse_spec({"name": "q-a"})
-            await queue_store.insert_queue(conn, id="q_a", namespace_id="ns_1", spec=spec, now=now)
-            worker = {
-                "id": "wk_1",
-                "namespace_id": "ns_1",
-                "name": "w1",
-                "runners": ["process"],
-                "tags": {},
-                "capabilities": {},
-                "max_invocations": 1,
-            }
-            await worker_store.upsert(conn, values=worker, queue_ids=["q_a"], now=now)
-        handed = {"worker_id": "wk_1", "holds": 1, "lease_s": 30.0}
-        async with store.statement() as raw:
-            first = await inv_store.insert_one_handed(
-                raw, _submitted("q_a", None, now), 0, **handed
-            )
-        async with store.statement() as raw:  # the worker holds one: this one waits
-            second = await inv_store.insert_one_handed(
-                raw, _submitted("q_a", None, now), 0, **handed
-            )
-        assert first is not None and first["state"] == "running"
-        assert second is not None and second["state"] == "pending"
-        async with store.write() as conn:  # a marker, so the wait has an end
-            await wakeups.publish(conn, ["marker"])
-        await heard.until(2)
+        async with listening(url, heard.deliver, heard.deliver_all):
+            async with store.write() as conn:
+                await ns_store.insert_namespace(conn, id="ns_1", name="n", now=now)
+                spec = parse_spec({"name": "q-a"})
+                await queue_store.insert_queue(
+                    conn, id="q_a", namespace_id="ns_1", spec=spec, now=now
+                )
+                worker = {
+                    "id": "wk_1",
+                    "namespace_id": "ns_1",
+                    "name": "w1",
+                    "runners": ["process"],
+                    "tags": {},
+                    "capabilities": {},
+                    "max_invocations": 1,
+                }
+                await worker_store.upsert(conn, values=worker, queue_ids=["q_a"], now=now)
+            handed = {"worker_id": "wk_1", "holds": 1, "lease_s": 30.0}
+            async with store.statement() as raw:
+                first = await inv_store.insert_one_handed(
+                    raw, _submitted("q_a", None, now), 0, **handed
+                )
+            async with store.statement() as raw:  # the worker holds one: this one waits
+                second = await inv_store.insert_one_handed(
+                    raw, _submitted("q_a", None, now), 0, **handed
+                )
+            assert first is not None and first["state"] == "running"
+            assert second is not None and second["state"] == "pending"
+            async with store.write() as conn:  # a marker, so the wait has an end
+                await wakeups.publish(conn, ["marker"])
+            await heard.until(2)
         assert heard.keys == ["q_a", "marker"]
     finally:
-        listener.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await listener
         await store.close()
 
 
 async def test_a_dropped_listener_lets_go_of_its_socket_at_once(
-    fresh_pg_url: str, monkeypatch: pytest.MonkeyPatch
+    fresh_pg_url: str, listener_connections: list[tuple[int, dict[str, str]]]
 ) -> None:
     """libpq closes a broken connection's socket inside the listener's read: from then on
     the descriptor's number is free, and the next socket opened in the process may get
     it. The listener's reader must be gone by then, or its clean-up would take away the
     new socket's reader."""
-    url = parse_url(fresh_pg_url)
-    fds: list[int] = []
-    heard = wakeups._heard
-
-    async def noting(conn: Any, deliver: Any) -> None:
-        fds.append(conn.pgconn.socket)
-        await heard(conn, deliver)
-
-    monkeypatch.setattr(wakeups, "_heard", noting)
-    connected = asyncio.Event()
-    listener = asyncio.create_task(
-        wakeups.listen(url, lambda _: None, lambda: None, retry_s=30, connected=connected)
-    )
     loop = asyncio.get_running_loop()
     taken = asyncio.Event()
     fired = asyncio.Event()
     sockets: list[socket.socket] = []
     try:
-        await asyncio.wait_for(connected.wait(), timeout=10)
-        [fd] = fds
+        async with listening(parse_url(fresh_pg_url), retry_s=30):
+            [(fd, _)] = listener_connections
 
-        def watch() -> None:  # at every turn of the loop, until the number is free
-            try:
-                os.fstat(fd)
-            except OSError:
-                other = socket.socket()  # the lowest free number: likely the same
-                if other.fileno() != fd:  # if not, moved onto it
-                    os.dup2(other.fileno(), fd)
-                    other.close()
-                    other = socket.socket(fileno=fd)
-                sockets.append(other)
-                loop.add_reader(fd, fired.set)
-                taken.set()
-                return
+            def watch() -> None:  # at every turn of the loop, until the number is free
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    other = socket.socket()  # the lowest free number: likely the same
+                    if other.fileno() != fd:  # if not, moved onto it
+                        os.dup2(other.fileno(), fd)
+                        other.close()
+                        other = socket.socket(fileno=fd)
+                    sockets.append(other)
+                    loop.add_reader(fd, fired.set)
+                    taken.set()
+                    return
+                loop.call_soon(watch)
+
             loop.call_soon(watch)
-
-        loop.call_soon(watch)
-        with psycopg.connect(fresh_pg_url, autocommit=True) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND query ILIKE 'LISTEN%'"
-            )
-        await asyncio.wait_for(taken.wait(), timeout=10)
-        with socket.socket() as server:  # make the new socket readable
-            server.bind(("127.0.0.1", 0))
-            server.listen()
-            sockets[0].connect(server.getsockname())
-            accepted, _ = server.accept()
-            with accepted:
-                accepted.sendall(b"x")
-                await asyncio.wait_for(fired.wait(), timeout=10)
+            with psycopg.connect(fresh_pg_url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND query ILIKE 'LISTEN%'"
+                )
+            await asyncio.wait_for(taken.wait(), timeout=10)
+            with socket.socket() as server:  # make the new socket readable
+                server.bind(("127.0.0.1", 0))
+                server.listen()
+                sockets[0].connect(server.getsockname())
+                accepted, _ = server.accept()
+                with accepted:
+                    accepted.sendall(b"x")
+                    await asyncio.wait_for(fired.wait(), timeout=10)
     finally:
-        listener.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await listener
         for sock in sockets:
             loop.remove_reader(sock.fileno())
             sock.close()
 
 
 async def test_the_listener_finds_a_silent_server_gone_by_tcp_keepalives(
-    fresh_pg_url: str, monkeypatch: pytest.MonkeyPatch
+    fresh_pg_url: str, listener_connections: list[tuple[int, dict[str, str]]]
 ) -> None:
     """It only ever reads, so nothing else would notice a server that stopped answering
     without closing the connection; a URL's own keepalive settings stand."""
-    seen: list[dict[str, str]] = []
-    heard = wakeups._heard
-
-    async def noting(conn: Any, deliver: Any) -> None:
-        seen.append(conn.info.get_parameters())
-        await heard(conn, deliver)
-
-    monkeypatch.setattr(wakeups, "_heard", noting)
     for url, idle in ((fresh_pg_url, "30"), (f"{fresh_pg_url}?keepalives_idle=7", "7")):
-        connected = asyncio.Event()
-        listener = asyncio.create_task(
-            wakeups.listen(parse_url(url), lambda _: None, lambda: None, connected=connected)
-        )
-        try:
-            await asyncio.wait_for(connected.wait(), timeout=10)
-        finally:
-            listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
-        assert seen[-1]["keepalives"] == "1"
-        assert seen[-1]["keepalives_idle"] == idle
-        assert (seen[-1]["keepalives_interval"], seen[-1]["keepalives_count"]) == ("10", "3")
+        async with listening(parse_url(url)):
+            pass
+        _, parameters = listener_connections[-1]
+        assert parameters["keepalives"] == "1"
+        assert parameters["keepalives_idle"] == idle
+        assert (parameters["keepalives_interval"], parameters["keepalives_count"]) == ("10", "3")

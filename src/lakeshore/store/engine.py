@@ -230,7 +230,7 @@ class Store:
         around it, and none of SQLAlchemy's work: :mod:`.statements`), whose connection
         errors are raised as SQLAlchemy's, as every other store call's are; on SQLite
         :class:`~.statements.SqliteStatements`, under this process's writer lock, whose
-        ``execute`` is a write transaction in one hop to its thread."""
+        ``execute`` is a write transaction made on the event loop's thread."""
         if self._sqlite_statements is not None:
             async with self._one_writer():
                 yield self._sqlite_statements
