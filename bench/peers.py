@@ -229,6 +229,36 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class OwnCpu:
+    """The CPU time worker processes spend themselves, without their children: a thread
+    reads each one's ``/proc/PID/stat`` every ``every_s`` until it exits, and keeps the
+    last reading (at most that interval of its time is lost at its end)."""
+
+    def __init__(self, every_s: float = 0.02) -> None:
+        self.every_s = every_s
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.last: dict[int, float] = {}
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def watch(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        self.procs = list(procs)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.stopping.wait(self.every_s):
+            for proc in self.procs:
+                with suppress(OSError, IndexError, ValueError):
+                    if proc.returncode is None:
+                        self.last[proc.pid] = process_cpu_s(proc.pid)
+
+    def seconds(self) -> float:
+        self.stopping.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        return sum(self.last.values())
+
+
 class BackendCpu:
     """The CPU time PostgreSQL's backends spend on one database while it runs: every
     ``every_s`` a thread lists the backends connected to it (``pg_stat_activity``, from
@@ -289,6 +319,7 @@ def timed_drain(
     the CPU the workers (with their children), the server and, with ``dsn`` (a
     PostgreSQL database), the database's backends used, in ms per job."""
     procs: list[subprocess.Popen[bytes]] = []
+    own = OwnCpu()
     cpu_before = children_cpu_s()
     server_before = process_cpu_s(server_pid) if server_pid else 0.0
     backends = BackendCpu(dsn) if dsn else None
@@ -296,6 +327,7 @@ def timed_drain(
         with backends if backends is not None else nullcontext():
             started = time.perf_counter()
             procs = start()
+            own.watch(procs)
             deadline = time.monotonic() + timeout_s
             first = wait_first_taken(remaining, total, procs, deadline)
             wait_all(procs, deadline, what)
@@ -305,6 +337,8 @@ def timed_drain(
             "drain_wall": total / (ended - started),
             "drain_worker_cpu": (children_cpu_s() - cpu_before) * 1000 / total,
         }
+        if server_pid:  # Lakeshore's daemons run their jobs in children of their own
+            measured["drain_daemon_cpu"] = own.seconds() * 1000 / total
         if server_pid:
             measured["drain_server_cpu"] = (
                 (process_cpu_s(server_pid) - server_before) * 1000 / total
@@ -312,6 +346,7 @@ def timed_drain(
         if backends is not None:
             measured["drain_pg_cpu"] = backends.seconds() * 1000 / total
     finally:
+        own.stopping.set()
         for proc in procs:
             RES.stop(proc)
     return measured
@@ -607,8 +642,11 @@ def profile_start(ls: Lakeshore, daemon: subprocess.Popen[bytes]) -> None:
     system = ls.run.system.removeprefix("lakeshore-")
     for who, proc in (("server", ls.server), ("daemon", daemon)):
         out = out_dir / f"{system}-{who}.txt"
-        args = [py_spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "100"]
+        rate = str(ls.run.opts.profile_rate)
+        args = [py_spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", rate]
         args += ["--nonblocking", "--output", str(out)]
+        if who == "daemon":
+            args.append("--subprocesses")  # its pool children run the jobs
         _profilers.append((RES.start(args, ls.run.log(f"py-spy-{who}"), clean_env()), out))
 
 
@@ -971,6 +1009,7 @@ ROWS = [
     ("drain", "drain {jobs} no-ops, {workers} workers, first taken→done (jobs/s)", "rate"),
     ("drain_wall", "drain, wall incl. worker start-up (jobs/s)", "rate"),
     ("drain_worker_cpu", "drain: CPU of workers + their children (ms/job)", "ms"),
+    ("drain_daemon_cpu", "drain: of which the daemons alone, without children (ms/job)", "ms"),
     ("drain_server_cpu", "drain: CPU of the Lakeshore server (ms/job)", "ms"),
     ("drain_pg_cpu", "drain: CPU of PostgreSQL's backends (ms/job)", "ms"),
     ("lat_p50", "submit→start p50, call→body, idle worker (ms)", "ms"),
@@ -1118,8 +1157,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, default=600, help="max seconds per drain")
     parser.add_argument(
-        "--profile-dir", help="record the Lakeshore server and a daemon with py-spy during drains"
+        "--profile-dir",
+        help="record the Lakeshore server and a daemon (with its children) with py-spy "
+        "during drains",
     )
+    parser.add_argument("--profile-rate", type=int, default=100, help="py-spy's samples a second")
     opts = parser.parse_args()
     if opts.quick:
         opts.jobs, opts.batches, opts.single = 1_000, 2, 100
