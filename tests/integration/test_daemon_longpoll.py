@@ -8,6 +8,7 @@ import asyncio
 import gzip
 import json
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,15 +16,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lakeshore.daemon.longpoll import LongPoll, proxy_for
+from lakeshore.daemon.longpoll import LongPoll, proxy_for, tls_context
+from tests.certificates import self_signed
 
 Answer = Callable[[bytes, bytes], bytes | None]  # (request head, body) → what to write
 
 
 @asynccontextmanager
-async def serving(answer: Answer) -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
-    """A server on a loopback port that answers each request with ``answer`` (None: it
-    hangs up instead); the requests it read."""
+async def serving(
+    answer: Answer, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[tuple[str, list[tuple[bytes, bytes]]]]:
+    """A server on a loopback port (over TLS with ``tls``) that answers each request with
+    ``answer`` (None: it hangs up instead); the requests it read."""
     seen: list[tuple[bytes, bytes]] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -47,10 +51,10 @@ async def serving(answer: Answer) -> AsyncIterator[tuple[str, list[tuple[bytes, 
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
     port = server.sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}/", seen
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}/", seen
     finally:
         server.close()
         await server.wait_closed()
@@ -167,3 +171,42 @@ def test_the_proxy_is_taken_from_the_environment_as_httpx_takes_it(
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     assert proxy_for("http://lakeshore.example:8080") == proxy
+
+
+async def test_a_claim_over_https_trusts_the_certificates_httpx_trusts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert_file, key_file = self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert_file, key_file)
+    async with serving(lambda _head, _body: http(200, {"invocations": []}), tls) as (url, seen):
+        with pytest.raises(httpx.TransportError, match="CERTIFICATE_VERIFY_FAILED"):
+            await claim_once(url)  # a certificate nobody said to trust
+        assert seen == []
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # trusted as the system's own
+        response = await claim_once(url)
+    assert response.status_code == 200
+    assert response.json() == {"invocations": []}
+    assert len(seen) == 1
+
+
+def test_certificates_are_loaded_only_where_tls_is_spoken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading them is ~20 ms of a daemon's start; over plain HTTP the context trusts no
+    certificate at all, so a TLS connection made by mistake would fail, not go
+    unverified."""
+    cert_file, _ = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+    plain = tls_context("http://127.0.0.1:8000")
+    assert plain.cert_store_stats()["x509_ca"] == 0
+    assert plain.verify_mode == ssl.CERT_REQUIRED
+    assert plain.check_hostname
+
+    assert tls_context("https://127.0.0.1:8000").cert_store_stats()["x509_ca"] >= 1
+    monkeypatch.setenv("HTTP_PROXY", "https://proxy.example:3128")  # TLS to the proxy
+    assert tls_context("http://lakeshore.example:8000").cert_store_stats()["x509_ca"] >= 1

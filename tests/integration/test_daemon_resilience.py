@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import ADMIN, FakeClock
@@ -81,6 +82,12 @@ async def test_hello_gives_up_after_its_attempts(
     with pytest.raises(httpx.ConnectError):
         await daemon.run()
     assert flaky.seen["/hello"] == 3
+    # its children started up during the hello, and none outlives it
+    assert daemon.pool is not None
+    assert daemon.pool.started == daemon.config.capacity
+    assert daemon.pool.closed
+    assert daemon.pool.children == []
+    assert not [p for p in psutil.Process().children() if "lakeshore.daemon.child" in p.cmdline()]
 
 
 async def test_a_lost_lease_kills_the_child_running_it(

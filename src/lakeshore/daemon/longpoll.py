@@ -13,8 +13,9 @@ app in-process: a daemon given such a transport claims through it too.
 :class:`httpx.TransportError`, as the httpx client would, so the claim loop reads one
 kind of answer and one kind of failure whichever way the claim went. Like the httpx
 client it follows no redirect, decodes a compressed answer (httpx does, from the raw
-body), trusts the certificates httpx trusts (its SSL context) and bounds the connect
-(DNS included) and each read. An HTTP(S) proxy is taken from the environment once
+body), trusts the certificates httpx trusts (the context of :func:`tls_context`, which
+the daemon's httpx client shares) and bounds the connect (DNS included) and each read.
+An HTTP(S) proxy is taken from the environment once
 (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), as httpx reads them;
 a SOCKS proxy, which aiohttp cannot use, is not. Nothing else is read from the
 environment (no ``.netrc``: the token is the claim's only credential).
@@ -22,6 +23,7 @@ environment (no ``.netrc``: the token is the claim's only credential).
 
 from __future__ import annotations
 
+import ssl
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,13 +38,16 @@ class LongPoll:
     """Claims for one daemon, on one kept-alive connection, authenticated by ``token``;
     an answer may take up to ``read_s`` to come."""
 
-    def __init__(self, server: str, token: str, read_s: float) -> None:
+    def __init__(
+        self, server: str, token: str, read_s: float, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.server = server.rstrip("/")
         self.headers = {"Authorization": f"Bearer {token}"}
         self.timeout = aiohttp.ClientTimeout(
             total=None, connect=CONNECT_S, sock_connect=CONNECT_S, sock_read=read_s
         )
         self.proxy = proxy_for(self.server)
+        self.tls = tls if tls is not None else tls_context(self.server)
         self._session: aiohttp.ClientSession | None = None
 
     async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
@@ -68,11 +73,24 @@ class LongPoll:
     def _open(self) -> aiohttp.ClientSession:
         """The session, made on first use (on the daemon's running loop)."""
         if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=httpx.create_ssl_context())
+            connector = aiohttp.TCPConnector(ssl=self.tls)
             self._session = aiohttp.ClientSession(
                 connector=connector, headers=self.headers, auto_decompress=False
             )
         return self._session
+
+
+def tls_context(server: str) -> ssl.SSLContext:
+    """The TLS context for a daemon's requests to ``server``: httpx's (its certificates,
+    ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` honoured) when the server or the proxy it is
+    reached through speaks TLS. Otherwise no TLS connection is ever made, and loading
+    the certificates (~20 ms of CPU, at every daemon start, for each client) is skipped:
+    the context then trusts no certificate, so a connection that did need one would be
+    refused, never made unverified."""
+    proxy = proxy_for(server.rstrip("/"))
+    if urlsplit(server).scheme == "https" or (proxy and urlsplit(proxy).scheme == "https"):
+        return httpx.create_ssl_context()
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, and trusts nothing
 
 
 def proxy_for(url: str) -> str | None:

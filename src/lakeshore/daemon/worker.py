@@ -26,7 +26,7 @@ import httpx
 
 from lakeshore import logs
 from lakeshore.daemon import linux, runner
-from lakeshore.daemon.longpoll import LongPoll
+from lakeshore.daemon.longpoll import LongPoll, tls_context
 from lakeshore.daemon.pool import Pool, PoolConfig
 from lakeshore.daemon.reporter import Reporter
 from lakeshore.daemon.sentinel import Sentinel
@@ -106,6 +106,8 @@ class Daemon:
         try:
             return await self._serve()
         finally:
+            if self.pool is not None and not self.pool.closed:  # it never said hello
+                await asyncio.to_thread(self.pool.close)
             self.sentinel.stop()
 
     async def _serve(self) -> int:
@@ -114,16 +116,20 @@ class Daemon:
         headers = {"Authorization": f"Bearer {self.config.token}"}
         read_s = self.config.claim_timeout_s + 10.0
         timeout = httpx.Timeout(10.0, read=read_s)
+        if self.pool is not None:  # the children start up while the daemon says hello
+            self.pool.warm(_warm_children(self.config.capacity, self.config.pool))
+        tls = tls_context(self.config.server)  # one for both clients
         # claims over aiohttp (see .longpoll), unless a transport of the caller's serves
         # every request (an app driven in-process)
         if self.config.transport is None:
-            self.longpoll = LongPoll(self.config.server, self.config.token, read_s)
+            self.longpoll = LongPoll(self.config.server, self.config.token, read_s, tls)
         async with (
             contextlib.aclosing(self.longpoll) if self.longpoll else contextlib.nullcontext(),
             httpx.AsyncClient(
                 base_url=self.config.server,
                 headers=headers,
                 timeout=timeout,
+                verify=tls,
                 transport=self.config.transport,
             ) as http,
         ):
@@ -169,11 +175,10 @@ class Daemon:
         return 0
 
     async def _warm_up(self, pool: Pool) -> None:
-        """Start the pool's children and claim once they have started up (a child's
-        start-up is ~30 ms of CPU, several at once on a loaded machine take longer):
-        what a claim leases then runs at once instead of waiting, its lease held, for an
-        interpreter to start. Bounded, and a stop signal ends the wait."""
-        pool.warm(_warm_children(self.config.capacity, self.config.pool))
+        """Claim once the pool's children (started before the hello) have started up (a
+        child's start-up is ~30 ms of CPU, several at once on a loaded machine take
+        longer): what a claim leases then runs at once instead of waiting, its lease
+        held, for an interpreter to start. Bounded, and a stop signal ends the wait."""
         warmed = asyncio.create_task(pool.warmed(WARM_UP_S), name="warm-up")
         stopping = asyncio.create_task(self.stop.wait())
         await asyncio.wait({warmed, stopping}, return_when=asyncio.FIRST_COMPLETED)
