@@ -6,9 +6,13 @@ Each test here starts its own server(s), so it can stop and restart them.
 from __future__ import annotations
 
 import signal
+import sqlite3
 import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.acceptance.conftest import Cli, clean_env, running_server
@@ -66,3 +70,39 @@ def test_server_prints_the_admin_token_path_verbatim(data_dir_name: str, tmp_pat
     with running_server("sqlite", str(tmp_path / "lakeshore.db"), data_dir, log_path, env) as srv:
         assert srv.admin_token_path.is_file()
         assert f"admin token: {srv.admin_token_path}" in srv.log().splitlines()
+
+
+def test_a_graceful_stop_answers_a_waiting_claim_at_once(tmp_path: Path) -> None:
+    """SIGTERM while a daemon's claim long-polls (up to 20 s): a graceful stop waits for
+    the requests still open, so the claim is answered at once, with nothing, and the
+    server exits. (``lakeshore up`` took 20 s to stop its daemons that way.)"""
+    db = tmp_path / "lakeshore.db"
+    with running_server("sqlite", str(db), tmp_path / "data", tmp_path / "server.log") as srv:
+        headers = {"Authorization": f"Bearer {srv.admin_token}"}
+        with httpx.Client(base_url=srv.url, headers=headers, timeout=30) as http:
+            hello = http.post("/v1/workers/hello", json={"queues": ["q"]})
+            worker = hello.json()["id"]
+            seen = _last_seen(db, worker)
+            with ThreadPoolExecutor(1) as pool:
+                body = {"timeout_s": 20}
+                # bounded: the claim would wait 20 s; read within 15
+                claiming = pool.submit(
+                    http.post, f"/v1/workers/{worker}/claim", json=body, timeout=15
+                )
+                for _ in range(500):  # until the server is serving the claim
+                    if _last_seen(db, worker) != seen or claiming.done():
+                        break
+                    time.sleep(0.01)
+                assert not claiming.done(), claiming.result().text
+                srv.process.send_signal(signal.SIGTERM)
+                answer = claiming.result()
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["invocations"] == []
+        assert srv.process.wait(timeout=15) in (0, -signal.SIGTERM), srv.log()
+    assert "Waiting for connections to close" not in srv.log()
+
+
+def _last_seen(db: Path, worker: str) -> object:
+    """The worker's last sign of life in the store: a claim touches it first."""
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT last_seen_at FROM workers WHERE id = ?", [worker]).fetchone()

@@ -226,6 +226,38 @@ async def test_a_follower_gets_items_as_they_are_appended(
             await task
 
 
+async def test_a_follower_ends_without_the_final_state_when_the_server_stops(
+    api: httpx.AsyncClient, store: Store
+) -> None:
+    """A stream would hold a graceful stop for as long as it follows: it ends instead,
+    after the items it has given, and its client resumes after the last one."""
+    worker, invocation = await running(api)
+    ns = await resolve(store, ADMIN_PRINCIPAL, DEFAULT_NAMESPACE)
+    stopping = asyncio.Event()
+    follower = stream_service.follow(
+        store, Notifier(), ns, invocation, recheck_s=30, stopping=stopping
+    )
+    seen: list[Any] = []
+
+    async def consume() -> None:
+        async for event in follower:
+            seen.append((event.kind, event.data))
+
+    task = asyncio.create_task(consume())
+    try:
+        await stream_service.append(store, Notifier(), worker, invocation, 0, ["a"], _now())
+        await _until(lambda: len(seen) == 1)  # read, and now waiting for more
+        assert not task.done()
+        stopping.set()
+        async with asyncio.timeout(10):  # bounded: its re-check is 30 s away
+            await task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert seen == [("item", "a")]  # what it read before stopping, and no end
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 

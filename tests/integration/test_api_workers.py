@@ -12,7 +12,7 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 from sqlalchemy import insert, text
 
-from lakeshore.api.app import create_app
+from lakeshore.api.app import begin_stopping, create_app
 from lakeshore.config import Settings
 from lakeshore.services import reaper
 from lakeshore.services import workers as worker_service
@@ -746,3 +746,22 @@ async def test_a_worker_row_held_elsewhere_sends_the_submit_in_pending_at_once(
         await other.commit()
     answer = await asyncio.wait_for(waiting, timeout=10)
     assert [i["id"] for i in answer.json()["invocations"]] == [later["id"]]
+
+
+async def test_a_server_that_begins_to_stop_answers_its_waiting_claims_at_once(
+    rare_recheck_app: FastAPI, rare_recheck_api: httpx.AsyncClient, room: Waiting
+) -> None:
+    """A graceful stop waits for the requests still open: a claim waiting up to 20 s
+    answers, with nothing, as the stop begins, and is handed nothing after it."""
+    api = rare_recheck_api
+    worker = await hello(api, ["q"])
+    await submit(api, "q")  # makes the queue exist
+    await claim(api, worker)
+    waiting = await waiting_claim(api, room, worker, await queue_id_of(api, "q"))
+
+    begin_stopping(rare_recheck_app)
+    async with asyncio.timeout(10):  # bounded: the claim itself would wait 20 s
+        response = await waiting
+    assert response.status_code == 200
+    assert response.json()["invocations"] == []
+    assert (await submit(api, "q"))["state"] == "pending"  # not handed to a claim that left

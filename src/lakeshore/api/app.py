@@ -138,6 +138,17 @@ async def _start_listener(
     return task
 
 
+def begin_stopping(app: FastAPI) -> None:
+    """The server has begun to stop (no new connection is taken): waiting claims answer
+    now, with nothing, and invocation streams end, so that the requests still open (which
+    a graceful stop waits for) end at once instead of after a claim's 20 s or a stream's
+    whole life. A daemon claims again once the server is back; a follower resumes after
+    the last item it got."""
+    state = getattr(app.state, "lakeshore", None)
+    if state is not None:  # None: stopped before its lifespan began
+        state.stopping.set()
+
+
 def create_app(
     settings: Settings | None = None,
     *,

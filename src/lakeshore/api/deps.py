@@ -56,6 +56,9 @@ class AppState:
     queues: KnownQueues = field(default_factory=lambda: TTLCache(KNOWN_QUEUES_MAX, 600.0))
     # the claims waiting here, which a submit may hand its invocation to
     waiting: Waiting = field(default_factory=Waiting)
+    # set as the server begins to stop: waiting claims answer and streams end at once,
+    # rather than holding the shutdown (see api.app.begin_stopping)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def app_state(request: Request) -> AppState:

@@ -224,13 +224,16 @@ def _admin_token_file(settings: Settings) -> Path | None:
 
 
 def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
+    import contextlib
     import logging
+    import socket
 
     import uvicorn
     from sqlalchemy.exc import DBAPIError
+    from uvicorn.config import STARTUP_FAILURE
 
     from lakeshore import logs, runtime
-    from lakeshore.api.app import create_app
+    from lakeshore.api.app import begin_stopping, create_app
     from lakeshore.store.engine import parse_url, prepare
 
     url = parse_url(settings.resolved_database_url)  # checked in _settings
@@ -265,7 +268,15 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
         note(f"local provider: daemons run here, logs in {settings.data_dir / 'daemons'}")
     app = create_app(settings, demo=demo, local_fleet=local_fleet)
     runtime.tune()  # see lakeshore.runtime: full collections stalled the loop in ticks
-    uvicorn.run(
+
+    class Server(uvicorn.Server):
+        """uvicorn's, telling the app first when it begins to stop (see begin_stopping)."""
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            begin_stopping(app)
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -277,3 +288,8 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
         http="httptools",
         loop="auto",
     )
+    server = Server(config)
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stopped at once
+        server.run()
+    if not server.started:  # it could not start (the port is taken, say): as uvicorn.run
+        raise SystemExit(STARTUP_FAILURE)

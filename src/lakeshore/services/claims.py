@@ -36,7 +36,7 @@ from lakeshore.domain import access
 from lakeshore.errors import Gone, NotFound
 from lakeshore.services.handoff import Waiter, Waiting
 from lakeshore.services.invocations import to_json
-from lakeshore.services.notify import Notifier
+from lakeshore.services.notify import Notifier, wait_any
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import workers as worker_store
 from lakeshore.store.engine import Store
@@ -289,20 +289,11 @@ async def long_poll(
                 pause = RETIRING_RECHECK_S
             events = [woken] if gone is None else [woken, gone]
             if waiting is None or not handing or limit == 0:
-                await _wait_any(events, min(pause, remaining))
+                await wait_any(events, min(pause, remaining))
                 continue
             me = Waiter(worker.id, worker.holds, worker.caller, lease_s, gone)
             with waiting.wait(me, handing):
-                await _wait_any([*events, me.woken], min(pause, remaining))
+                await wait_any([*events, me.woken], min(pause, remaining))
             handed = await me.received()
             if handed:
                 return handed
-
-
-async def _wait_any(events: list[asyncio.Event], seconds: float) -> None:
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()

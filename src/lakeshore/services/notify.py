@@ -58,3 +58,13 @@ class Notifier:
                     waiters.discard(event)
                     if not waiters:
                         del self._waiters[key]
+
+
+async def wait_any(events: list[asyncio.Event], seconds: float) -> None:
+    """Until one of ``events`` is set, at most ``seconds``."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -4,13 +4,14 @@ and followed by clients as they arrive.
 A follower reads the items after the last one it saw; when there are none it waits for a
 wake-up (an append or the invocation ending, in this process or, on PostgreSQL, on
 another replica) or a short re-check, and it ends with the invocation's final state once
-that state is reached and every item before it has been read.
+that state is reached and every item before it has been read. A server that begins to
+stop (``stopping``) ends its streams there, without the final state: the client resumes
+after the last item it got, from this server once it is back or from another replica.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +23,7 @@ from lakeshore.services import invocations as inv_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.namespaces import Namespace
-from lakeshore.services.notify import Notifier
+from lakeshore.services.notify import Notifier, wait_any
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import leases as lease_store
 from lakeshore.store import streams as stream_store
@@ -91,8 +92,10 @@ async def follow(
     *,
     after_seq: int = -1,
     recheck_s: float = RECHECK_S,
+    stopping: asyncio.Event | None = None,
 ) -> AsyncIterator[Event]:
-    """Items numbered above ``after_seq`` as they arrive, then the final state."""
+    """Items numbered above ``after_seq`` as they arrive, then the final state; or, once
+    ``stopping`` is set, nothing more (the items read so far have been given)."""
     last = after_seq
     with notifier.listen([stream_key(invocation_id)]) as woken:
         while True:
@@ -110,10 +113,6 @@ async def follow(
             if row["state"] in FINAL_STATES:  # read before the items: none can follow it
                 yield Event("end", to_json(row))
                 return
-            await _wait(woken, recheck_s)
-
-
-async def _wait(woken: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await woken.wait()
+            if stopping is not None and stopping.is_set():
+                return
+            await wait_any([woken] if stopping is None else [woken, stopping], recheck_s)

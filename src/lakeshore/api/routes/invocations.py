@@ -253,7 +253,7 @@ async def stream_invocation(
     if head.headers_only(request):
         return  # a HEAD: the headers are the answer, no items are read
     async for event in stream_service.follow(
-        state.store, state.notifier, ns, invocation_id, after_seq=after
+        state.store, state.notifier, ns, invocation_id, after_seq=after, stopping=state.stopping
     ):
         yield ServerSentEvent(
             event=event.kind, data=event.data, id=None if event.seq is None else str(event.seq)

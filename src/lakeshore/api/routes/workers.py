@@ -45,13 +45,21 @@ async def hello(state: State, caller: Caller, body: Annotated[Any, Body()]) -> d
     )
 
 
-async def _watch_hangup(request: Request, gone: asyncio.Event) -> None:
-    """Set ``gone`` when the client disconnects (the body has been read already)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            return
+async def _watch_hangup(request: Request, gone: asyncio.Event, stopping: asyncio.Event) -> None:
+    """Set ``gone`` when the client disconnects (the body has been read already), or when
+    the server begins to stop: a claim waiting then answers at once, with nothing."""
+
+    async def hung_up() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watched = [asyncio.ensure_future(hung_up()), asyncio.ensure_future(stopping.wait())]
+    try:
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in watched:
+            task.cancel()
+    gone.set()
 
 
 @router.post(
@@ -69,7 +77,7 @@ async def claim(
     out its backoff), or null when they hold no pending work."""
     wanted = body or ClaimIn()
     gone = asyncio.Event()
-    watcher = asyncio.create_task(_watch_hangup(request, gone))
+    watcher = asyncio.create_task(_watch_hangup(request, gone, state.stopping))
     try:
         claimed = await worker_service.claim(
             state.store,
