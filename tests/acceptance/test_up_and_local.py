@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -288,6 +289,34 @@ def test_shutdown_stops_the_daemons(tmp_path: Path) -> None:
             pytest.fail("lakeshore up did not exit within 60 s of SIGINT")
         assert code == 0, up.log_path.read_text(errors="replace")
         assert not running(handle["pid"], handle["started"]), handle
+
+
+def test_shutdown_lets_the_daemons_report_what_they_ran(tmp_path: Path) -> None:
+    """Ctrl-C while a local daemon runs an invocation: the daemon is stopped while the
+    server still answers, so it finishes the invocation, reports it and says goodbye,
+    instead of finding the server gone and leaving the lease to run out."""
+    with lakeshore_up(tmp_path) as up:
+        up.post(f"{NS}/queues", elastic_queue("kept", 1, 1, providerRef="local"))
+        one_live_daemon(up, "kept", "local")
+        body = {"fn": "tests.udfs:sleep", "args": [1.5]}
+        invocation = up.post(f"{NS}/queues/kept/invocations", body)["id"]
+
+        def state() -> str:
+            response = up.http.get(f"{NS}/invocations/{invocation}")
+            assert response.status_code == 200, response.text
+            found: str = response.json()["state"]
+            return found
+
+        wait_for(lambda: state() == "running", 60, "the invocation to start")
+        up.process.send_signal(signal.SIGINT)
+        assert up.process.wait(timeout=60) == 0, up.log_path.read_text(errors="replace")
+    with sqlite3.connect(tmp_path / "data" / "lakeshore.db") as conn:
+        row = conn.execute(
+            "SELECT state, result FROM invocations WHERE id = ?", [invocation]
+        ).fetchone()
+        workers = conn.execute("SELECT count(*) FROM workers").fetchone()[0]
+    assert (row[0], float(row[1])) == ("succeeded", 1.5)
+    assert workers == 0  # it said goodbye
 
 
 def test_a_daemon_exits_when_its_server_dies(tmp_path: Path) -> None:

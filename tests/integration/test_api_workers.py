@@ -759,7 +759,7 @@ async def test_a_server_that_begins_to_stop_answers_its_waiting_claims_at_once(
     await claim(api, worker)
     waiting = await waiting_claim(api, room, worker, await queue_id_of(api, "q"))
 
-    begin_stopping(rare_recheck_app)
+    await begin_stopping(rare_recheck_app)
     async with asyncio.timeout(10):  # bounded: the claim itself would wait 20 s
         response = await waiting
     assert response.status_code == 200

@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -121,6 +122,27 @@ async def _stop_between_steps(task: asyncio.Task[None], working: asyncio.Lock | 
         working.release()
 
 
+async def _stop_loops(tasks: list[tuple[asyncio.Task[None], asyncio.Lock | None]]) -> None:
+    for task, working in tasks:
+        await _stop_between_steps(task, working)
+
+
+@dataclass
+class _LocalFleet:
+    """The daemons ``lakeshore up`` launched, stopped with the server."""
+
+    store: Store
+    clock: Clock
+    loops: list[tuple[asyncio.Task[None], asyncio.Lock | None]]  # the server's loops
+
+    async def stop(self) -> None:
+        """The loops first (the controller would launch replacements), then the daemons:
+        each finishes what it runs, reports it and says goodbye, while the server still
+        answers (see begin_stopping)."""
+        await _stop_loops(self.loops)
+        await local_fleet_service.stop_all(self.store, self.clock())
+
+
 async def _start_listener(
     url: URL, notifier: Notifier, connected: asyncio.Event
 ) -> asyncio.Task[None]:
@@ -138,15 +160,20 @@ async def _start_listener(
     return task
 
 
-def begin_stopping(app: FastAPI) -> None:
-    """The server has begun to stop (no new connection is taken): waiting claims answer
-    now, with nothing, and invocation streams end, so that the requests still open (which
-    a graceful stop waits for) end at once instead of after a claim's 20 s or a stream's
-    whole life. A daemon claims again once the server is back; a follower resumes after
-    the last item it got."""
+async def begin_stopping(app: FastAPI) -> None:
+    """The server is asked to stop, and still answers. First what must happen while it
+    does: ``lakeshore up`` stops its controller (which would launch replacements) and
+    the daemons it launched, which finish what they run, report it, and say goodbye.
+    Then waiting claims answer now, with nothing, and invocation streams end, so that the
+    requests still open (which a graceful stop waits for) end at once instead of after a
+    claim's 20 s or a stream's whole life. A daemon claims again once the server is back;
+    a follower resumes after the last item it got."""
     state = getattr(app.state, "lakeshore", None)
-    if state is not None:  # None: stopped before its lifespan began
-        state.stopping.set()
+    if state is None:  # stopped before its lifespan began
+        return
+    if state.before_stop is not None:
+        await state.before_stop()
+    state.stopping.set()
 
 
 def create_app(
@@ -230,16 +257,18 @@ def create_app(
                 controller, leadership, settings.elasticity_interval_s, working=ticking
             )
             tasks.append((asyncio.create_task(controlling, name="lakeshore-controller"), ticking))
+        fleet = _LocalFleet(store, clock, tasks) if local_fleet else None
+        if fleet is not None:
+            app.state.lakeshore.before_stop = fleet.stop
         try:
             yield
         finally:
-            for task, working in tasks:
-                await _stop_between_steps(task, working)
+            await _stop_loops(tasks)  # stopped already where a local fleet was
             await leadership.release()
             await controller.close()
             await overview.close()
-            if local_fleet:
-                await local_fleet_service.stop_all(store, clock())
+            if fleet is not None:  # none left when it was stopped while the server answered
+                await fleet.stop()
             await store.close()
 
     app = FastAPI(

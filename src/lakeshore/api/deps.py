@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -59,6 +59,9 @@ class AppState:
     # set as the server begins to stop: waiting claims answer and streams end at once,
     # rather than holding the shutdown (see api.app.begin_stopping)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # what must happen while the server still answers, once it is asked to stop (the
+    # local fleet's daemons, which report and say goodbye to it); None: nothing
+    before_stop: Callable[[], Awaitable[None]] | None = None
 
 
 def app_state(request: Request) -> AppState:

@@ -273,7 +273,7 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
         """uvicorn's, telling the app first when it begins to stop (see begin_stopping)."""
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-            begin_stopping(app)
+            await begin_stopping(app)
             await super().shutdown(sockets)
 
     config = uvicorn.Config(
