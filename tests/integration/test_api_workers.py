@@ -765,3 +765,22 @@ async def test_a_server_that_begins_to_stop_answers_its_waiting_claims_at_once(
     assert response.status_code == 200
     assert response.json()["invocations"] == []
     assert (await submit(api, "q"))["state"] == "pending"  # not handed to a claim that left
+
+
+async def test_a_failure_before_the_stop_does_not_hold_it(
+    rare_recheck_app: FastAPI,
+    rare_recheck_api: httpx.AsyncClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What runs first as the server stops (``lakeshore up``'s daemons) may fail; the
+    claims and streams still end, and the failure is logged."""
+
+    async def failing() -> None:
+        raise RuntimeError("the provider could not stop them")
+
+    state = rare_recheck_app.state.lakeshore
+    state.before_stop = failing
+    await begin_stopping(rare_recheck_app)
+    assert state.stopping.is_set()
+    assert "stopping the local daemons failed" in caplog.text
+    assert "the provider could not stop them" in caplog.text

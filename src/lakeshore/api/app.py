@@ -172,7 +172,10 @@ async def begin_stopping(app: FastAPI) -> None:
     if state is None:  # stopped before its lifespan began
         return
     if state.before_stop is not None:
-        await state.before_stop()
+        try:
+            await state.before_stop()
+        except Exception:  # the stop goes on: the lifespan's shutdown tries again
+            log.exception("stopping the local daemons failed")
     state.stopping.set()
 
 
