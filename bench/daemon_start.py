@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -40,15 +39,11 @@ from peers import (
     Lakeshore,
     Ledger,
     Run,
+    children_cpu_s,
     clean_env,
     lakeshore_server,
     load,
 )
-
-
-def children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def one_start(ls: Lakeshore, ledger: Ledger, n: int, capacity: int) -> tuple[float, float, float]:

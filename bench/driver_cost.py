@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 import uvloop
-from peers import DEFAULT_DATABASE_URL, RES, load
+from peers import DEFAULT_DATABASE_URL, RES, database, load
 
 TABLE = "CREATE TEMPORARY TABLE t (id text, body text)"
 INSERT = "INSERT INTO t VALUES (%s, %s) RETURNING id"
@@ -84,15 +84,12 @@ def main() -> int:
     RES.admin_url = opts.database_url
     print(f"load average at the start: {load()}", flush=True)
     try:
-        dsn = RES.create_database()
-        try:
+        with database() as dsn:
             for n in range(opts.rounds):
                 print(f"\nround {n + 1} of {opts.rounds}, {opts.statements} statements a driver")
                 print("| driver | CPU us/statement | wall us/statement |\n|---|---:|---:|")
                 for name, (cpu, wall) in uvloop.run(round_of(dsn, opts.statements)).items():
                     print(f"| {name} | {cpu:.0f} | {wall:.0f} |", flush=True)
-        finally:
-            RES.drop_database(dsn)
     finally:
         RES.close()
     print(f"\nload average at the end: {load()}")

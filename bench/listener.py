@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 import uvloop
-from peers import DEFAULT_DATABASE_URL, RES, load
+from peers import DEFAULT_DATABASE_URL, RES, database, load
 
 from lakeshore.store import wakeups
 
@@ -83,14 +83,11 @@ def main() -> int:
     print("| round | psycopg notifies() (us/notification) | own reader (us/notification) |")
     print("|---|---:|---:|")
     try:
-        dsn = RES.create_database()
-        try:
+        with database() as dsn:
             for n in range(opts.rounds):
                 old = uvloop.run(heard(dsn, "notifies()", opts.notifications))
                 new = uvloop.run(heard(dsn, "own reader", opts.notifications))
                 print(f"| {n + 1} | {old:.1f} | {new:.1f} |", flush=True)
-        finally:
-            RES.drop_database(dsn)
     finally:
         RES.close()
     print(f"\nload average at the end: {load()}")
