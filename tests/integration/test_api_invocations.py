@@ -355,6 +355,52 @@ async def test_a_store_that_fails_under_the_fast_path_is_a_503(
     assert answer.json()["error"]["code"] == "store_unavailable"
 
 
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "code"),
+    [
+        ({}, b'{"fn": "m:f", "args": ["' + b"x" * (1 << 20) + b'"]}', 413, "payload_too_large"),
+        ({"Content-Length": "12x"}, b'{"fn": "m:f"}', 400, "bad_request"),
+        ({"Authorization": f"Bearer {ADMIN}\x00"}, b'{"fn": "m:f"}', 401, "unauthorized"),
+    ],
+)
+async def test_the_fast_path_leaves_to_the_middleware_what_it_refuses(
+    api: httpx.AsyncClient, headers: dict[str, str], body: bytes, status: int, code: str
+) -> None:
+    """A submit to a known queue is answered ahead of the middleware, which still
+    refuses what it would: a declared length over the body cap, a length that is not
+    one, a read header that is not text."""
+    await submit(api, "warm")
+    sent = {"Content-Type": "application/json", **headers}
+    refused = await api.post(inv("warm"), content=body, headers=sent)
+    assert refused.status_code == status, refused.text
+    assert refused.json()["error"]["code"] == code
+    assert (await api.get(f"{NS}/queues/warm/stats")).json()["pending"] == 1
+
+
+async def test_an_unexpected_error_under_the_fast_path_is_a_counted_500(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    await submit(api, "warm")
+
+    async def broken(*_: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(inv_store, "insert_one_at", broken)
+    answer = await api.post(inv("warm"), json={"fn": "m:f"})
+    assert answer.status_code == 500, answer.text
+    assert answer.json()["error"] == {
+        "code": "internal_error",
+        "message": "internal error; the server log has details",
+    }
+    assert "a bug" not in answer.text
+    assert any(r.exc_info and "a bug" in str(r.exc_info[1]) for r in caplog.records)
+    metrics = (await api.get("/metrics")).text
+    assert (
+        'lakeshore_http_requests_total{method="POST",'
+        'route="/v1/namespaces/{ns}/queues/{name}/invocations",status="500"} 1.0'
+    ) in metrics
+
+
 async def test_a_statement_connection_the_database_refuses_is_a_503_at_once(
     api: httpx.AsyncClient, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,12 +17,16 @@ import orjson
 from fastapi import Response
 
 
-def json_answer(content: Any, status_code: int = 200) -> Response:
-    """``content`` as a JSON answer."""
+def json_body(content: Any) -> bytes:
+    """``content`` encoded as JSON."""
     try:
-        body = orjson.dumps(content)
+        return orjson.dumps(content)
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        body = json.dumps(
+        return json.dumps(
             content, ensure_ascii=False, allow_nan=False, separators=(",", ":")
         ).encode()
-    return Response(body, status_code=status_code, media_type="application/json")
+
+
+def json_answer(content: Any, status_code: int = 200) -> Response:
+    """``content`` as a JSON answer."""
+    return Response(json_body(content), status_code=status_code, media_type="application/json")

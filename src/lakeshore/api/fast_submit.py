@@ -1,42 +1,51 @@
-"""A single submit answered under the framework, when nothing but a success can follow.
+"""A single submit answered ahead of the framework, when nothing but a success can follow.
 
 ``POST /v1/namespaces/{ns}/queues/{name}/invocations`` is the one request a user's code
-makes per call; FastAPI's request handling (routing, the body's parsing, dependency
-solving, the answer) was most of its time on the server. This layer sits inside the
-middleware that counts, caps and checks every request (``Measured``, ``BodySizeLimit``,
-``TextOnly``), reads the body, and answers the submit itself when its caller, namespace
-and queue are already known to this server and the one-statement submit takes it
-(:func:`lakeshore.services.invocations.submit_one_known`). Everything else (a query
-string, another content type, an unknown token, a queue not seen yet, any refusal)
-goes on to the routes with the body it read, untouched, and is answered there (so does
-a body of undeclared length, before it is read): nothing
-is written before the hand-over, so no request is made twice, and every refusal keeps
-the words the route gives it.
+makes per call; FastAPI's request handling (its middleware, routing, the body's parsing,
+dependency solving, the answer) was most of its time on the server. The application
+(:class:`lakeshore.api.app.LakeshoreApp`) hands every request to this layer first. It
+makes the checks of the middleware the request would cross (a path, query and read
+headers that are text, as ``TextOnly``; a declared length within the body cap, as
+``BodySizeLimit``), reads the body, and answers the submit itself when its caller,
+namespace and queue are already known to this server and the one-statement submit takes
+it (:func:`lakeshore.services.invocations.submit_one_known`), counting and timing the
+answer as ``Measured`` would. Everything else (a query string, another content type, an
+unknown token, a queue not seen yet, any refusal) goes on to the framework with the body
+it read, untouched, and is answered there (so does a body of undeclared length, before
+it is read): nothing is written before the hand-over, so no request is made twice, and
+every refusal keeps the words the route gives it.
 """
 
 from __future__ import annotations
+
+import logging
+import time
+from typing import Any
 
 import orjson
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lakeshore.api.answers import json_answer
+from lakeshore.api.answers import json_body
 from lakeshore.api.errors import error_response, store_down
+from lakeshore.api.inputs import refusal
+from lakeshore.api.measured import record
 from lakeshore.errors import LakeshoreError, StoreUnavailable
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import namespaces as ns_service
 
 PATH = "/v1/namespaces/{ns}/queues/{name}/invocations"
 _JSON = b"application/json"
+log = logging.getLogger("lakeshore.server")
 
 
-def _headers(scope: Scope) -> tuple[str | None, bytes | None, bool]:
-    """The bearer token and the content type, as the route would read them, and whether
-    the body's length was declared."""
+def _headers(scope: Scope) -> tuple[str | None, bytes | None, int | None]:
+    """The bearer token and the content type, as the route would read them, and the
+    body's declared length (``None``: not declared, or not a length)."""
     token: str | None = None
     kind: bytes | None = None
-    sized = False
+    length: int | None = None
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, credentials = value.decode("latin-1").partition(" ")
@@ -45,22 +54,28 @@ def _headers(scope: Scope) -> tuple[str | None, bytes | None, bool]:
         elif name == b"content-type":
             kind = value
         elif name == b"content-length":
-            sized = True
-    return token, kind, sized
+            length = int(value) if value.isdigit() else None
+    return token, kind, length
 
 
 class FastSubmit:
-    """``route``: the submit's own route, named in the request's scope as the router
-    would name it (what ``Measured`` counts the answer under)."""
+    """``app``: the framework's stack, which answers every request this layer does not;
+    ``owner``: the application, whose ``state.lakeshore`` is read once it has started;
+    ``route``: the submit's own route, whose template the answers are counted under."""
 
-    def __init__(self, app: ASGIApp, route: BaseRoute) -> None:
+    def __init__(self, app: ASGIApp, owner: Any, route: BaseRoute, *, max_body_bytes: int) -> None:
         if getattr(route, "path", None) != PATH:
             raise ValueError(f"FastSubmit answers {PATH}, not {getattr(route, 'path', route)}")
         self.app = app
-        self.route = route
+        self.owner = owner
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["query_string"]:
+            await self.app(scope, receive, send)
+            return
+        state = getattr(self.owner.state, "lakeshore", None)
+        if state is None:  # not started: the framework answers as it would
             await self.app(scope, receive, send)
             return
         parts = scope["path"].split("/")
@@ -74,10 +89,17 @@ class FastSubmit:
         ):
             await self.app(scope, receive, send)
             return
-        token, kind, sized = _headers(scope)
-        # a chunked body is left to the route: only there is a body over the cap, seen
-        # as it streams, answered 413 (a declared length over it never gets this far)
-        if token is None or kind != _JSON or not sized:
+        token, kind, length = _headers(scope)
+        # a chunked body is left to the framework: only there is a body over the cap,
+        # seen as it streams, answered 413, as is a declared length over it; a path or
+        # header that is not text is refused there too
+        if (
+            token is None
+            or kind != _JSON
+            or length is None
+            or length > self.max_body_bytes
+            or refusal(scope) is not None
+        ):
             await self.app(scope, receive, send)
             return
         read: list[Message] = []
@@ -90,8 +112,10 @@ class FastSubmit:
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
-        if read[-1]["type"] == "http.request" and await self._answered(
-            scope, receive, send, parts[3], parts[5], token, body
+        if (
+            read[-1]["type"] == "http.request"
+            and len(body) <= self.max_body_bytes
+            and await self._answering(scope, receive, send, state, parts[3], parts[5], token, body)
         ):
             return
 
@@ -100,27 +124,58 @@ class FastSubmit:
 
         await self.app(scope, replayed, send)
 
-    async def _answered(
+    async def _answering(
         self,
         scope: Scope,
         receive: Receive,
         send: Send,
+        state: Any,
         ns_name: str,
         queue_name: str,
         token: str,
         body: bytes,
     ) -> bool:
-        route = self.route
-        state = scope["app"].state.lakeshore
+        """:meth:`_answered`, counted and timed; an error it did not expect is logged
+        and answered 500, as the framework's handler would."""
+        began = time.perf_counter()
+        try:
+            status = await self._answered(
+                scope, receive, send, state, ns_name, queue_name, token, body
+            )
+        except Exception:
+            log.exception("unhandled error on POST %s", scope["path"])
+            status = 500
+            answer = error_response(
+                500, "internal_error", "internal error; the server log has details"
+            )
+            await answer(scope, receive, send)
+        if status is None:
+            return False
+        record(state.metrics, "POST", PATH, status, began)
+        return True
+
+    async def _answered(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        state: Any,
+        ns_name: str,
+        queue_name: str,
+        token: str,
+        body: bytes,
+    ) -> int | None:
+        """The status answered, or ``None``: nothing written or sent, the framework
+        answers."""
         try:
             content = orjson.loads(body)
             caller = await state.callers.authenticate(token)
             caller.require_scope(PATH)
             ns = await ns_service.resolve(state.store, caller, ns_name, state.namespaces)
         except (orjson.JSONDecodeError, LakeshoreError, OperationalError, InterfaceError):
-            return False  # nothing written: the route answers, with its words
+            return None  # nothing written: the route answers, with its words
         if type(content) is not dict:
-            return False
+            return None
         try:
             invocation = await inv_service.submit_one_known(
                 state.store,
@@ -135,16 +190,24 @@ class FastSubmit:
                 waiting=state.waiting,
             )
         except (OperationalError, InterfaceError) as exc:
-            scope["route"] = route
             await store_down(exc)(scope, receive, send)
-            return True
+            return 503
         except StoreUnavailable as exc:  # SQLite: this process's writers queued too long
-            scope["route"] = route
             await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
-            return True
+            return exc.status
         if invocation is None:
-            return False
-        scope["route"] = route  # counted under the route's template
+            return None
         state.metrics.submitted.labels(ns.name, queue_name).inc()
-        await json_answer(invocation, 201)(scope, receive, send)
-        return True
+        answer = json_body(invocation)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 201,
+                "headers": [
+                    (b"content-length", str(len(answer)).encode()),
+                    (b"content-type", _JSON),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer})
+        return 201

@@ -34,6 +34,10 @@ class Measured:
             await self.app(scope, receive, sending)
         finally:
             route = getattr(scope.get("route"), "path", None) or UNMATCHED
-            method = scope["method"]
-            self.metrics.http_requests.labels(method, route, str(status)).inc()
-            self.metrics.http_seconds.labels(method, route).observe(time.perf_counter() - began)
+            record(self.metrics, scope["method"], route, status, began)
+
+
+def record(metrics: Metrics, method: str, route: str, status: int, began: float) -> None:
+    """Count an answered request, and the time since ``began`` (``time.perf_counter``)."""
+    metrics.http_requests.labels(method, route, str(status)).inc()
+    metrics.http_seconds.labels(method, route).observe(time.perf_counter() - began)
