@@ -22,6 +22,7 @@ from lakeshore.errors import InvalidInput, StoreUnavailable
 from lakeshore.store import engine as engine_module
 from lakeshore.store import queues as queue_store
 from lakeshore.store import statements as statements_module
+from lakeshore.store.driver import conninfo
 from lakeshore.store.engine import Store, migrate, parse_url
 from lakeshore.store.statements import SqliteStatements
 from lakeshore.store.tables import metadata, namespaces
@@ -353,6 +354,35 @@ async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
             " AND state = 'active'"
         ).fetchone()
         assert running == (0,)  # cancelled on the server too, not left running
+
+
+async def test_statement_connections_wait_for_a_free_one_then_give_up(store: Store) -> None:
+    """PostgreSQL: at most ``size`` connections are out; the next checkout waits for one
+    to come back, and gives up with ConnectionTimeout after ``wait_s``."""
+    if store.dialect != "postgresql":
+        pytest.skip("PostgreSQL's statement connections")
+    pool = statements_module.StatementConnections(conninfo(store.engine.url), size=1, wait_s=0.2)
+    try:
+        async with pool.connection() as first:
+            async with asyncio.timeout(5):  # bounded, should it never give up
+                with pytest.raises(psycopg.errors.ConnectionTimeout, match="was free"):
+                    async with pool.connection():
+                        pytest.fail("a second connection was handed out")
+            waiting = asyncio.create_task(_backend_of(pool))
+            await asyncio.sleep(0)  # it is waiting for the one that is out
+            assert not waiting.done()
+            mine = (await (await first.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
+        async with asyncio.timeout(5):
+            assert await waiting == mine  # the same connection, handed on
+    finally:
+        await pool.close()
+
+
+async def _backend_of(pool: statements_module.StatementConnections) -> int:
+    async with pool.connection() as conn:
+        row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 @pytest.fixture

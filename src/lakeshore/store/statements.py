@@ -68,13 +68,16 @@ class StatementConnections:
     async def connection(self) -> AsyncIterator[PsycopgConnection[Any]]:
         """An autocommit connection, for one statement; psycopg's errors propagate, and
         :class:`~psycopg.errors.ConnectionTimeout` when none is free within ``wait_s``."""
-        try:
-            async with asyncio.timeout(self._wait_s):
-                await self._room.acquire()
-        except TimeoutError:
-            raise ConnectionTimeout(
-                f"no database connection was free for a statement within {self._wait_s:.0f} s"
-            ) from None
+        if self._room.locked():  # all out: wait for one, up to wait_s
+            try:
+                async with asyncio.timeout(self._wait_s):
+                    await self._room.acquire()
+            except TimeoutError:
+                raise ConnectionTimeout(
+                    f"no database connection was free for a statement within {self._wait_s:.0f} s"
+                ) from None
+        else:  # one is free: taken without waiting, so without a timer to set and cancel
+            await self._room.acquire()
         try:
             conn = await self._take()
             try:
