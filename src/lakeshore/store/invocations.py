@@ -40,9 +40,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines
-from lakeshore.store import wakeups
+from lakeshore.store import prepared, wakeups
 from lakeshore.store.driver import psycopg_text
 from lakeshore.store.isolated import isolated
+from lakeshore.store.prepared import Prepared
 from lakeshore.store.statements import SqliteStatements
 from lakeshore.store.tables import invocations, queues, stream_items
 
@@ -146,8 +147,8 @@ _INSERT = {dialect: _insert_document(dialect) for dialect in ("postgresql", "sql
 _INSERT_GUARDED = {
     dialect: _insert_document(dialect, guarded=True) for dialect in ("postgresql", "sqlite")
 }
-# the same, as psycopg takes it (%(name)s placeholders, the times' casts)
-_GUARDED_PG, _ = psycopg_text(_INSERT_GUARDED["postgresql"])
+# the same, prepared on each statement connection and run on libpq (store/prepared.py)
+_GUARDED_PG = Prepared.of("submit", psycopg_text(_INSERT_GUARDED["postgresql"])[0])
 
 
 def json_text(value: Any) -> str:
@@ -241,10 +242,9 @@ async def insert_one_at(
     inserted: Sequence[Any]
     if isinstance(conn, SqliteStatements):
         inserted = [row[0] for row in await conn.execute(_INSERT_GUARDED["sqlite"], parameters)]
-    else:  # on the driver: SQLAlchemy's own work was a third of a submit's
+    else:  # on libpq: SQLAlchemy's, then psycopg's cursor's work was most of a submit's
         assert conn.autocommit, "one statement, its own transaction"
-        found = await conn.execute(_GUARDED_PG, parameters, prepare=True)
-        inserted = await found.fetchall()
+        inserted = await prepared.fetch(conn, _GUARDED_PG, parameters)
     return {**row, **_UNSET} if inserted else None
 
 
@@ -321,7 +321,7 @@ def _handed_document(dialect: str) -> Any:
 
 
 _HANDED = {dialect: _handed_document(dialect) for dialect in ("postgresql", "sqlite")}
-_HANDED_PG, _ = psycopg_text(_HANDED["postgresql"])
+_HANDED_PG = Prepared.of("submit_handed", psycopg_text(_HANDED["postgresql"])[0])
 
 
 async def insert_one_handed(
@@ -355,8 +355,8 @@ async def insert_one_handed(
         state = rows[0] if rows else None
     else:
         assert conn.autocommit, "one statement, its own transaction"
-        found = await conn.execute(_HANDED_PG, parameters, prepare=True)
-        state = await found.fetchone()
+        found = await prepared.fetch(conn, _HANDED_PG, parameters)
+        state = found[0] if found else None
     if state is None:
         return None
     stored = {**row, **_UNSET}

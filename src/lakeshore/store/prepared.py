@@ -1,0 +1,155 @@
+"""One statement, prepared once per connection and run on libpq directly.
+
+A single submit on PostgreSQL is one statement on one of the store's statement
+connections (:mod:`.statements`). Through psycopg's cursor it cost the server ~95 us of
+CPU, of which the statement's send and its answer's read, in libpq, were ~35: the rest
+was the cursor's machinery (its adapters, its query conversion, the generators and
+waits that drive an async connection). Here the statement is prepared on the
+connection the first time it runs there, and each run is libpq's own calls on psycopg's
+``pgconn`` (its public, low-level interface): the parameters sent as text, the socket
+waited on with the event loop's reader, the rows read as text. Measured in one process
+driving the app with single submits: 243-288 us of CPU a submit, against 315-352 through
+the cursor (docs/benchmarks.md).
+
+Only a connection in autocommit that nothing else uses at the time may run one (those
+of :class:`.statements.StatementConnections`). A run cancelled while it waits leaves the
+connection busy: :class:`.statements.StatementConnections` then closes it rather than
+hand it on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection, errors, pq
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+# the server no longer knows the statement (its connection was reset): prepared again
+_UNKNOWN_STATEMENT = "26000"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A statement's name on the connection, its text (``$n`` placeholders) and the
+    names of its parameters, in their order."""
+
+    name: bytes
+    sql: bytes
+    parameters: tuple[str, ...]
+
+    @classmethod
+    def of(cls, name: str, psycopg_sql: str) -> Prepared:
+        """From psycopg's text of it (``%(name)s`` placeholders, as
+        :func:`lakeshore.store.driver.psycopg_text` gives it)."""
+        names: list[str] = []
+
+        def numbered(match: re.Match[str]) -> str:
+            if match.group(1) not in names:
+                names.append(match.group(1))
+            return f"${names.index(match.group(1)) + 1}"
+
+        sql = _PLACEHOLDER.sub(numbered, psycopg_sql).replace("%%", "%")
+        return cls(f"lakeshore_{name}".encode(), sql.encode(), tuple(names))
+
+
+# the statements each connection has prepared (forgotten with the connection)
+_PREPARED: weakref.WeakKeyDictionary[AsyncConnection[Any], set[bytes]] = weakref.WeakKeyDictionary()
+
+
+async def fetch(
+    conn: AsyncConnection[Any], statement: Prepared, parameters: Mapping[str, Any]
+) -> list[tuple[str | None, ...]]:
+    """Run ``statement`` with ``parameters`` (each by its name) on ``conn``: the rows it
+    returned, each column as text (``None`` for NULL). The server's error is raised as
+    psycopg's; a lost connection as psycopg's ``OperationalError``."""
+    encoding = conn.info.encoding
+    values = [_text(parameters[name], encoding) for name in statement.parameters]
+    known = _PREPARED.setdefault(conn, set())
+    if statement.name not in known:
+        await _prepare(conn, statement)
+        known.add(statement.name)
+    result = await _run(conn, statement.name, values)
+    if result.status == pq.ExecStatus.FATAL_ERROR:
+        error = errors.error_from_result(result, conn.info.encoding)
+        if error.sqlstate != _UNKNOWN_STATEMENT:
+            raise error
+        await _prepare(conn, statement)
+        result = await _run(conn, statement.name, values)
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            raise errors.error_from_result(result, encoding)
+    return [
+        tuple(
+            None if (value := result.get_value(row, column)) is None else value.decode(encoding)
+            for column in range(result.nfields)
+        )
+        for row in range(result.ntuples)
+    ]
+
+
+async def _prepare(conn: AsyncConnection[Any], statement: Prepared) -> None:
+    pgconn = conn.pgconn
+    pgconn.send_prepare(statement.name, statement.sql)
+    result = await _answer(pgconn)
+    if result.status == pq.ExecStatus.FATAL_ERROR:
+        raise errors.error_from_result(result, conn.info.encoding)
+
+
+async def _run(conn: AsyncConnection[Any], name: bytes, values: Sequence[bytes | None]) -> Any:
+    conn.pgconn.send_query_prepared(name, values)
+    return await _answer(conn.pgconn)
+
+
+async def _answer(pgconn: Any) -> Any:
+    """Flush what was sent, wait for the whole answer, and return its (one) result."""
+    loop = asyncio.get_running_loop()
+    fd = pgconn.socket
+    while pgconn.flush():  # the kernel's buffer was full: the rest when it drains
+        await _ready(loop.add_writer, loop.remove_writer, fd)
+    pgconn.consume_input()
+    while pgconn.is_busy():
+        await _ready(loop.add_reader, loop.remove_reader, fd)
+        pgconn.consume_input()
+    result = None
+    while (more := pgconn.get_result()) is not None:
+        result = result or more  # one statement: one result, then the end
+    if result is None:
+        raise errors.OperationalError("the server sent no result")
+    return result
+
+
+async def _ready(watch: Any, unwatch: Any, fd: int) -> None:
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    watch(fd, _wake, waiter)
+    try:
+        await waiter
+    finally:
+        unwatch(fd)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _text(value: Any, encoding: str = "utf-8") -> bytes | None:
+    """A parameter as PostgreSQL reads it in text format (its type is the statement's:
+    a column's or a cast's)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode(encoding)
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("a time sent to the store carries its time zone")
+        return value.isoformat().encode()
+    if isinstance(value, int | float):
+        return repr(value).encode()
+    raise TypeError(f"no text form for a {type(value).__name__} parameter")

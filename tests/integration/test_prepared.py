@@ -1,0 +1,160 @@
+"""Statements run on libpq directly (store/prepared.py), on PostgreSQL's statement
+connections; SQLite has none (its statements are transactions of their own)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.pq import TransactionStatus
+
+from lakeshore.store import prepared
+from lakeshore.store.engine import Store
+from lakeshore.store.prepared import Prepared
+
+ECHO = Prepared.of(
+    "test_echo",
+    "SELECT CAST(%(word)s AS text), CAST(%(n)s AS int8) + 1, CAST(%(x)s AS float8) * 2,"
+    " CAST(%(yes)s AS bool), CAST(%(at)s AS timestamptz) = CAST(%(same)s AS timestamptz),"
+    " CAST(%(nothing)s AS text), %(word)s = 'it''s 100%%'",
+)
+
+
+async def _on(store: Store) -> None:
+    if store.dialect != "postgresql":
+        pytest.skip("PostgreSQL's statement connections")
+
+
+def _admin(store: Store) -> psycopg.Connection[tuple[Any, ...]]:
+    url = store.engine.url.set(drivername="postgresql")
+    return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+
+
+@pytest.mark.parametrize(
+    ("sql", "text", "names"),
+    [
+        ("SELECT %(a)s", "SELECT $1", ("a",)),
+        ("SELECT %(a)s, %(b)s, %(a)s", "SELECT $1, $2, $1", ("a", "b")),
+        ("SELECT 1 WHERE 'x' LIKE '%%'", "SELECT 1 WHERE 'x' LIKE '%'", ()),
+    ],
+)
+def test_psycopg_placeholders_are_numbered_in_order(
+    sql: str, text: str, names: tuple[str, ...]
+) -> None:
+    statement = Prepared.of("s", sql)
+    assert statement == Prepared(b"lakeshore_s", text.encode(), names)
+
+
+async def test_parameters_go_as_text_and_rows_come_back_as_text(store: Store) -> None:
+    await _on(store)
+    at = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    parameters: dict[str, Any] = {
+        "word": "it's 100%",
+        "n": 41,
+        "x": 0.25,
+        "yes": True,
+        "at": at,
+        "same": at.astimezone(timezone(timedelta(hours=5))),
+        "nothing": None,
+    }
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        rows = await prepared.fetch(conn, ECHO, parameters)
+        again = await prepared.fetch(conn, ECHO, {**parameters, "n": -1, "yes": False})
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+    assert rows == [("it's 100%", "42", "0.5", "t", "t", None, "t")]
+    assert again == [("it's 100%", "0", "0.5", "f", "t", None, "t")]
+
+
+@pytest.mark.parametrize("value", [datetime(2026, 1, 1), object()])
+async def test_a_parameter_without_a_text_form_is_refused_before_sending(
+    store: Store, value: object
+) -> None:
+    await _on(store)
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        with pytest.raises((ValueError, TypeError)):
+            await prepared.fetch(conn, Prepared.of("test_one", "SELECT %(v)s"), {"v": value})
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+
+
+async def test_the_servers_error_is_raised_as_psycopgs_and_the_connection_stays_usable(
+    store: Store,
+) -> None:
+    await _on(store)
+    divide = Prepared.of("test_divide", "SELECT 1 / CAST(%(d)s AS int4)")
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await prepared.fetch(conn, divide, {"d": 0})
+        assert await prepared.fetch(conn, divide, {"d": 1}) == [("1",)]
+        with pytest.raises(psycopg.errors.SyntaxError):
+            await prepared.fetch(conn, Prepared.of("test_bad", "SELEC 1"), {})
+
+
+async def test_a_statement_the_server_forgot_is_prepared_again(store: Store) -> None:
+    await _on(store)
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        assert await prepared.fetch(conn, ECHO, _echo()) != []
+        await conn.execute("DEALLOCATE ALL")  # as a reset of the connection would
+        assert (await prepared.fetch(conn, ECHO, _echo()))[0][0] == "again"
+
+
+def _echo() -> dict[str, Any]:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return {"word": "again", "n": 1, "x": 1.0, "yes": True, "at": at, "same": at, "nothing": None}
+
+
+async def test_a_lost_connection_is_psycopgs_operational_error(store: Store) -> None:
+    await _on(store)
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        pid = conn.info.backend_pid
+        with _admin(store) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(psycopg.OperationalError):
+            await prepared.fetch(conn, ECHO, _echo())
+    async with store.statement() as conn:  # the lost one was not kept
+        assert isinstance(conn, psycopg.AsyncConnection)
+        assert conn.info.backend_pid != pid
+        assert (await prepared.fetch(conn, ECHO, _echo()))[0][0] == "again"
+
+
+async def test_a_run_cancelled_while_it_waits_leaves_no_busy_connection_behind(
+    store: Store,
+) -> None:
+    await _on(store)
+    sleep = Prepared.of("test_sleep", "SELECT pg_sleep(CAST(%(s)s AS float8))")
+    started = asyncio.Event()
+    pids: list[int] = []
+
+    async def slow() -> None:
+        async with store.statement() as conn:
+            assert isinstance(conn, psycopg.AsyncConnection)
+            pids.append(conn.info.backend_pid)
+            started.set()
+            await prepared.fetch(conn, sleep, {"s": 30})
+
+    task = asyncio.create_task(slow())
+    async with asyncio.timeout(10):
+        await started.wait()
+    with _admin(store) as admin:
+        for _ in range(500):  # bounded: until the statement runs on the server
+            if admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state = 'active'", (pids[0],)
+            ).fetchone():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the statement never ran on the server")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with asyncio.timeout(10), store.statement() as conn:  # not stuck behind it
+        assert isinstance(conn, psycopg.AsyncConnection)
+        assert conn.info.backend_pid != pids[0]
+        assert await prepared.fetch(conn, sleep, {"s": 0}) == [("",)]
