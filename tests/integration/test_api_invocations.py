@@ -360,7 +360,7 @@ async def test_a_store_that_fails_under_the_fast_path_is_a_503(
     [
         ({}, b'{"fn": "m:f", "args": ["' + b"x" * (1 << 20) + b'"]}', 413, "payload_too_large"),
         ({"Content-Length": "12x"}, b'{"fn": "m:f"}', 400, "bad_request"),
-        ({"Authorization": f"Bearer {ADMIN}\x00"}, b'{"fn": "m:f"}', 401, "unauthorized"),
+        ({"Last-Event-ID": "a\x00"}, b'{"fn": "m:f"}', 422, "invalid"),
     ],
 )
 async def test_the_fast_path_leaves_to_the_middleware_what_it_refuses(
@@ -399,6 +399,7 @@ async def test_an_unexpected_error_under_the_fast_path_is_a_counted_500(
         'lakeshore_http_requests_total{method="POST",'
         'route="/v1/namespaces/{ns}/queues/{name}/invocations",status="500"} 1.0'
     ) in metrics
+    assert 'route="(unmatched)"' not in metrics
 
 
 async def test_a_statement_connection_the_database_refuses_is_a_503_at_once(

@@ -4,6 +4,7 @@ connections; SQLite has none (its statements are transactions of their own)."""
 from __future__ import annotations
 
 import asyncio
+import enum
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -44,8 +45,9 @@ def _admin(store: Store) -> psycopg.Connection[tuple[Any, ...]]:
 def test_psycopg_placeholders_are_numbered_in_order(
     sql: str, text: str, names: tuple[str, ...]
 ) -> None:
-    statement = Prepared.of("s", sql)
-    assert statement == Prepared(b"lakeshore_s", text.encode(), names)
+    name = f"test_numbered_{len(sql)}"
+    statement = Prepared.of(name, sql)
+    assert statement == Prepared(f"lakeshore_{name}".encode(), text.encode(), names)
 
 
 async def test_parameters_go_as_text_and_rows_come_back_as_text(store: Store) -> None:
@@ -158,3 +160,72 @@ async def test_a_run_cancelled_while_it_waits_leaves_no_busy_connection_behind(
         assert isinstance(conn, psycopg.AsyncConnection)
         assert conn.info.backend_pid != pids[0]
         assert await prepared.fetch(conn, sleep, {"s": 0}) == [("",)]
+    with _admin(store) as admin:  # cancelled on the server too, not left running
+        for _ in range(500):  # bounded: the backend is told at once, and ends soon after
+            running = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active'",
+                (pids[0],),
+            ).fetchone()
+            if running == (0,):
+                break
+            await asyncio.sleep(0.01)
+    assert running == (0,)
+
+
+async def test_an_error_at_the_commit_is_raised_and_nothing_stays(store: Store) -> None:
+    """In autocommit the statement's rows come before its commit: an error there (here a
+    deferred constraint; a full NOTIFY queue would do the same) is still raised."""
+    await _on(store)
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        await conn.execute("CREATE TEMPORARY TABLE deferred (v int)")
+        await conn.execute(
+            "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$"
+        )
+        await conn.execute(
+            "CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON deferred"
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse()"
+        )
+        insert = Prepared.of("test_deferred", "INSERT INTO deferred VALUES (%(v)s) RETURNING v")
+        with pytest.raises(psycopg.errors.RaiseException, match="refused at commit"):
+            await prepared.fetch(conn, insert, {"v": 1})
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+        count = await (await conn.execute("SELECT count(*) FROM deferred")).fetchone()
+        assert count == (0,)
+
+
+async def test_a_statement_whose_table_changed_is_prepared_again(store: Store) -> None:
+    await _on(store)
+    read = Prepared.of("test_changed", "SELECT * FROM changed WHERE a = %(a)s")
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        await conn.execute("CREATE TEMPORARY TABLE changed (a int)")
+        await conn.execute("INSERT INTO changed VALUES (1)")
+        assert await prepared.fetch(conn, read, {"a": 1}) == [("1",)]
+        await conn.execute("ALTER TABLE changed ADD COLUMN b text")
+        assert await prepared.fetch(conn, read, {"a": 1}) == [("1", None)]
+
+
+async def test_a_nul_in_a_text_parameter_is_refused_not_cut(store: Store) -> None:
+    await _on(store)
+    async with store.statement() as conn:
+        assert isinstance(conn, psycopg.AsyncConnection)
+        with pytest.raises(psycopg.DataError, match="NUL"):
+            await prepared.fetch(conn, ECHO, {**_echo(), "word": "ab\x00cd"})
+
+
+def test_one_name_stands_for_one_statement() -> None:
+    assert Prepared.of("test_twice", "SELECT 1") == Prepared.of("test_twice", "SELECT 1")
+    with pytest.raises(ValueError, match="another text"):
+        Prepared.of("test_twice", "SELECT 2")
+
+
+def test_numbers_go_as_numbers_whatever_their_class() -> None:
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    assert prepared._text(Level.HIGH) == b"3"
+    assert prepared._text(True) == b"t"
+    assert prepared._text(1e16) == b"1e+16"
+    assert prepared._text(float("inf")) == b"inf"

@@ -368,10 +368,9 @@ async def test_statement_connections_wait_for_a_free_one_then_give_up(store: Sto
                 with pytest.raises(psycopg.errors.ConnectionTimeout, match="was free"):
                     async with pool.connection():
                         pytest.fail("a second connection was handed out")
-            waiting = asyncio.create_task(_backend_of(pool))
-            await asyncio.sleep(0)  # it is waiting for the one that is out
-            assert not waiting.done()
             mine = (await (await first.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
+            waiting = asyncio.create_task(_backend_of(pool))  # waits for the one that is out
+            await asyncio.sleep(0)
         async with asyncio.timeout(5):
             assert await waiting == mine  # the same connection, handed on
     finally:

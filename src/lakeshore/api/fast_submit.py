@@ -37,7 +37,7 @@ from lakeshore.services import namespaces as ns_service
 
 PATH = "/v1/namespaces/{ns}/queues/{name}/invocations"
 _JSON = b"application/json"
-log = logging.getLogger("lakeshore.server")
+log = logging.getLogger("lakeshore.api")  # as the framework's handler of the unexpected
 
 
 def _headers(scope: Scope) -> tuple[str | None, bytes | None, int | None]:
@@ -71,6 +71,7 @@ class FastSubmit:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        began = time.perf_counter()
         if scope["type"] != "http" or scope["method"] != "POST" or scope["query_string"]:
             await self.app(scope, receive, send)
             return
@@ -110,12 +111,15 @@ class FastSubmit:
             if message["type"] != "http.request":
                 break
             body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
+            if not message.get("more_body", False) or len(body) > self.max_body_bytes:
+                break  # the whole body, or more than the cap: the framework refuses that
         if (
             read[-1]["type"] == "http.request"
+            and not read[-1].get("more_body", False)
             and len(body) <= self.max_body_bytes
-            and await self._answering(scope, receive, send, state, parts[3], parts[5], token, body)
+            and await self._answering(
+                scope, receive, send, state, parts[3], parts[5], token, body, began
+            )
         ):
             return
 
@@ -134,16 +138,26 @@ class FastSubmit:
         queue_name: str,
         token: str,
         body: bytes,
+        began: float,
     ) -> bool:
-        """:meth:`_answered`, counted and timed; an error it did not expect is logged
-        and answered 500, as the framework's handler would."""
-        began = time.perf_counter()
+        """:meth:`_answered`, counted and timed since ``began``; an error it did not
+        expect is logged and, before an answer has begun, answered 500, as the
+        framework's handler would."""
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
         try:
             status = await self._answered(
-                scope, receive, send, state, ns_name, queue_name, token, body
+                scope, receive, sending, state, ns_name, queue_name, token, body
             )
         except Exception:
             log.exception("unhandled error on POST %s", scope["path"])
+            if started:
+                raise
             status = 500
             answer = error_response(
                 500, "internal_error", "internal error; the server log has details"

@@ -30,8 +30,11 @@ from typing import Any
 from psycopg import AsyncConnection, errors, pq
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-# the server no longer knows the statement (its connection was reset): prepared again
-_UNKNOWN_STATEMENT = "26000"
+# the statement is not as the server prepared it, and did not run: prepared again. 26000:
+# the server no longer knows it (its connection was reset); 0A000: "cached plan must not
+# change result type" (a table it reads changed)
+_PREPARE_AGAIN = frozenset({"26000", "0A000"})
+_NAMES: dict[bytes, bytes] = {}  # each statement's name, and the text it stands for
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,11 @@ class Prepared:
                 names.append(match.group(1))
             return f"${names.index(match.group(1)) + 1}"
 
-        sql = _PLACEHOLDER.sub(numbered, psycopg_sql).replace("%%", "%")
-        return cls(f"lakeshore_{name}".encode(), sql.encode(), tuple(names))
+        sql = _PLACEHOLDER.sub(numbered, psycopg_sql).replace("%%", "%").encode()
+        key = f"lakeshore_{name}".encode()
+        if _NAMES.setdefault(key, sql) != sql:
+            raise ValueError(f"a prepared statement named {name!r} stands for another text")
+        return cls(key, sql, tuple(names))
 
 
 # the statements each connection has prepared (forgotten with the connection)
@@ -66,23 +72,23 @@ async def fetch(
     conn: AsyncConnection[Any], statement: Prepared, parameters: Mapping[str, Any]
 ) -> list[tuple[str | None, ...]]:
     """Run ``statement`` with ``parameters`` (each by its name) on ``conn``: the rows it
-    returned, each column as text (``None`` for NULL). The server's error is raised as
-    psycopg's; a lost connection as psycopg's ``OperationalError``."""
+    returned, each column as text (``None`` for NULL). The server's error, raised by
+    the statement or at its commit, is raised as psycopg's; a lost connection as
+    psycopg's ``OperationalError``."""
     encoding = conn.info.encoding
     values = [_text(parameters[name], encoding) for name in statement.parameters]
     known = _PREPARED.setdefault(conn, set())
     if statement.name not in known:
         await _prepare(conn, statement)
         known.add(statement.name)
-    result = await _run(conn, statement.name, values)
-    if result.status == pq.ExecStatus.FATAL_ERROR:
-        error = errors.error_from_result(result, conn.info.encoding)
-        if error.sqlstate != _UNKNOWN_STATEMENT:
-            raise error
+    try:
+        result = await _run(conn, statement.name, values)
+    except errors.Error as exc:
+        if exc.sqlstate not in _PREPARE_AGAIN:
+            raise
+        await _answer(conn, conn.pgconn.send_close_prepared, statement.name)
         await _prepare(conn, statement)
         result = await _run(conn, statement.name, values)
-        if result.status == pq.ExecStatus.FATAL_ERROR:
-            raise errors.error_from_result(result, encoding)
     return [
         tuple(
             None if (value := result.get_value(row, column)) is None else value.decode(encoding)
@@ -93,34 +99,48 @@ async def fetch(
 
 
 async def _prepare(conn: AsyncConnection[Any], statement: Prepared) -> None:
-    pgconn = conn.pgconn
-    pgconn.send_prepare(statement.name, statement.sql)
-    result = await _answer(pgconn)
-    if result.status == pq.ExecStatus.FATAL_ERROR:
-        raise errors.error_from_result(result, conn.info.encoding)
+    await _answer(conn, conn.pgconn.send_prepare, statement.name, statement.sql)
 
 
 async def _run(conn: AsyncConnection[Any], name: bytes, values: Sequence[bytes | None]) -> Any:
-    conn.pgconn.send_query_prepared(name, values)
-    return await _answer(conn.pgconn)
+    return await _answer(conn, conn.pgconn.send_query_prepared, name, values)
 
 
-async def _answer(pgconn: Any) -> Any:
-    """Flush what was sent, wait for the whole answer, and return its (one) result."""
+async def _answer(conn: AsyncConnection[Any], send: Any, *arguments: Any) -> Any:
+    """Send, flush, and read the whole answer: its first result. Every result is read,
+    to the end of the answer: in autocommit an error at the commit (a deferred
+    constraint, a full NOTIFY queue, a serialization failure) comes as a result after
+    the statement's own. The first error among them is raised; a result of a kind no
+    statement here gives, as ``OperationalError``."""
+    pgconn = conn.pgconn
     loop = asyncio.get_running_loop()
     fd = pgconn.socket
+    send(*arguments)
     while pgconn.flush():  # the kernel's buffer was full: the rest when it drains
         await _ready(loop.add_writer, loop.remove_writer, fd)
-    pgconn.consume_input()
-    while pgconn.is_busy():
-        await _ready(loop.add_reader, loop.remove_reader, fd)
+    results = []
+    while True:
         pgconn.consume_input()
-    result = None
-    while (more := pgconn.get_result()) is not None:
-        result = result or more  # one statement: one result, then the end
-    if result is None:
-        raise errors.OperationalError("the server sent no result")
-    return result
+        while pgconn.is_busy():  # get_result() would block the loop: wait for the rest
+            await _ready(loop.add_reader, loop.remove_reader, fd)
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:
+            break
+        results.append(result)
+        if result.status in _COPY:  # libpq would hand these on forever
+            break
+    for result in results:
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            raise errors.error_from_result(result, conn.info.encoding)
+    if not results or any(r.status not in _ANSWERS for r in results):
+        statuses = ", ".join(pq.ExecStatus(r.status).name for r in results) or "none"
+        raise errors.OperationalError(f"unexpected answer from the server: {statuses}")
+    return results[0]
+
+
+_ANSWERS = frozenset({pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK})
+_COPY = frozenset({pq.ExecStatus.COPY_IN, pq.ExecStatus.COPY_OUT, pq.ExecStatus.COPY_BOTH})
 
 
 async def _ready(watch: Any, unwatch: Any, fd: int) -> None:
@@ -143,6 +163,8 @@ def _text(value: Any, encoding: str = "utf-8") -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
+        if "\x00" in value:  # libpq would end the text there
+            raise errors.DataError("a text parameter holds a NUL character")
         return value.encode(encoding)
     if isinstance(value, bool):
         return b"t" if value else b"f"
@@ -150,6 +172,8 @@ def _text(value: Any, encoding: str = "utf-8") -> bytes | None:
         if value.tzinfo is None:
             raise ValueError("a time sent to the store carries its time zone")
         return value.isoformat().encode()
-    if isinstance(value, int | float):
-        return repr(value).encode()
+    if isinstance(value, int):
+        return str(int(value)).encode()
+    if isinstance(value, float):
+        return repr(float(value)).encode()
     raise TypeError(f"no text form for a {type(value).__name__} parameter")

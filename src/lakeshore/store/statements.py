@@ -111,13 +111,13 @@ class StatementConnections:
         return await connect(self._conninfo)
 
     async def _give(self, conn: PsycopgConnection[Any]) -> None:
-        if (
-            self._closed
-            or conn.closed
-            or conn.broken
-            or conn.info.transaction_status != TransactionStatus.IDLE
-        ):
-            await _discard(conn)
+        status = conn.info.transaction_status
+        if self._closed or conn.closed or conn.broken or status != TransactionStatus.IDLE:
+            try:
+                if status == TransactionStatus.ACTIVE:  # left mid-statement: stopped there too
+                    await _cancel(conn)
+            finally:
+                await _discard(conn)
             return
         self._idle.append((conn, time.monotonic()))
 
@@ -238,6 +238,17 @@ async def connect(conninfo: str) -> PsycopgConnection[Any]:
     return await PsycopgConnection.connect(
         conninfo, autocommit=True, connect_timeout=int(CONNECT_S)
     )
+
+
+CANCEL_S = 2.0  # the longest a statement left running is waited on to be cancelled
+
+
+async def _cancel(conn: PsycopgConnection[Any]) -> None:
+    """Have the server cancel the statement ``conn`` is running (a request cancelled
+    while it waited for it): closing the connection alone would leave it running, and
+    perhaps committing, in a backend that outlives the connection until it ends."""
+    with contextlib.suppress(psycopg.Error):
+        await asyncio.shield(conn.cancel_safe(timeout=CANCEL_S))
 
 
 async def _discard(conn: PsycopgConnection[Any]) -> None:
