@@ -7,14 +7,14 @@ was the cursor's machinery (its adapters, its query conversion, the generators a
 waits that drive an async connection). Here the statement is prepared on the
 connection the first time it runs there, and each run is libpq's own calls on psycopg's
 ``pgconn`` (its public, low-level interface): the parameters sent as text, the socket
-waited on with the event loop's reader, the rows read as text. Measured in one process
-driving the app with single submits: 243-288 us of CPU a submit, against 315-352 through
-the cursor (docs/benchmarks.md).
+waited on with the event loop's reader, every result of the answer read, the rows as
+text. ``bench/submit_app.py`` measured a single submit's CPU in the app at 228-298 us
+against 282-340 through the cursor (docs/benchmarks.md).
 
 Only a connection in autocommit that nothing else uses at the time may run one (those
 of :class:`.statements.StatementConnections`). A run cancelled while it waits leaves the
 connection busy: :class:`.statements.StatementConnections` then closes it rather than
-hand it on.
+hand it on; it first has the server cancel the statement.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ pinged only when it sat idle past :data:`~.liveness.PING_IDLE_S` or its socket t
 readable (a server's last words), or opens a new one (a refusal then raises at once). At
 most ``size`` are out at a time, and a checkout waits up to ``wait_s`` for one. A
 connection comes back only if it is usable and idle (not mid-statement: a request
-cancelled during its statement leaves it busy, so it is closed instead).
+cancelled during its statement leaves it busy, so the server is asked to cancel the
+statement and the connection is closed instead).
 
 On SQLite the async engine runs each call on aiosqlite's thread and back (begin,
 execute, commit, checkin), with greenlets around them: about 1 ms of CPU for a one-row
