@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from lakeshore.domain.jsonsafe import (
     Problem,
-    encoded_size,
     find_unstorable,
     printable,
     require_storable,
     require_within,
+    stored,
 )
 from lakeshore.errors import InvalidInput, PayloadTooLarge
 
@@ -86,13 +87,15 @@ def test_printable_escapes_nul_and_lone_surrogates(text: str, shown: str) -> Non
         (None, 4),
     ],
 )
-def test_encoded_size_is_the_compact_utf8_json(value: Any, size: int) -> None:
-    assert encoded_size(value) == size
+def test_the_stored_form_is_the_compact_utf8_json(value: Any, size: int) -> None:
+    assert len(stored(value)) == size
+    assert json.loads(stored(value)) == value
 
 
-def test_encoded_size_refuses_what_is_not_json() -> None:
-    with pytest.raises(ValueError):
-        encoded_size([float("nan")])
+def test_what_orjson_refuses_is_written_by_pythons_json() -> None:
+    big = [2**70, {"k": -(2**80)}]
+    assert stored(big) == b'[1180591620717411303424,{"k":-1208925819614629174706176}]'
+    assert json.loads(stored(big)) == big
 
 
 def test_a_value_at_the_cap_is_within_it() -> None:

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
+import orjson
 from pydantic import AfterValidator
 
 from lakeshore.errors import InvalidInput, PayloadTooLarge
@@ -94,15 +95,22 @@ def require_storable(value: Any, where: str = "") -> Any:
     raise InvalidInput(f"{path}: {problem.reason}" if path else problem.reason, field=path or None)
 
 
-def encoded_size(value: Any) -> int:
-    """Bytes ``value`` takes as compact UTF-8 JSON (what the store keeps)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return len(text.encode("utf-8", "surrogatepass"))
+def stored(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON, as the stores keep it, for a storable value (one
+    in which :func:`find_unstorable` finds nothing: orjson would write a NaN as
+    ``null``). orjson writes it, several times faster than Python's json, which writes
+    what orjson refuses (an integer over 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return text.encode("utf-8", "surrogatepass")
 
 
 def require_within(value: Any, cap: int, what: str, *, setting: str, field: str) -> None:
-    """:class:`PayloadTooLarge` when ``value`` encodes to more than ``cap`` bytes."""
-    size = encoded_size(value)
+    """:class:`PayloadTooLarge` when storable ``value`` takes more than ``cap`` bytes as
+    the stores keep it (:func:`stored`)."""
+    size = len(stored(value))
     if size > cap:
         raise PayloadTooLarge(
             f"{what}: {size:,} bytes as JSON, over the cap of {cap:,} ({setting})", field=field

@@ -374,7 +374,7 @@ async def _submit_reading_queue(
             pause = min(pause * 2, 0.5)
 
 
-_EMPTY_PAYLOAD = jsonsafe.encoded_size([[], {}])
+_EMPTY_PAYLOAD = len(jsonsafe.stored([[], {}]))
 
 
 def _check_sizes(submits: Sequence[Submit], max_payload_bytes: int) -> None:

@@ -11,7 +11,6 @@ database never hand one invocation to two workers; on SQLite the write transacti
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import random
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
-from lakeshore.domain import disciplines
+from lakeshore.domain import disciplines, jsonsafe
 from lakeshore.store import prepared, wakeups
 from lakeshore.store.driver import psycopg_text
 from lakeshore.store.isolated import isolated
@@ -152,10 +151,11 @@ _GUARDED_PG = Prepared.of("submit", psycopg_text(_INSERT_GUARDED["postgresql"])[
 
 
 def json_text(value: Any) -> str:
-    """``value`` as compact JSON text (what the store keeps of args and kwargs)."""
+    """``value`` as compact JSON text (what the store keeps of args and kwargs, which
+    were found storable as they came in)."""
     if not value:  # the common [] and {}
         return "[]" if isinstance(value, list) else "{}"
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return jsonsafe.stored(value).decode()
 
 
 def _parameters(
