@@ -22,6 +22,14 @@ SURROGATE = "text must be valid UTF-8 (it holds a lone surrogate)"
 NOT_FINITE = "NaN and infinite numbers are not valid JSON"
 
 
+def _nested(levels: int) -> list[Any]:
+    """A list holding a list … ``levels`` deep, an empty one innermost."""
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
@@ -34,6 +42,10 @@ NOT_FINITE = "NaN and infinite numbers are not valid JSON"
         ({"a": {"b\x00": 1}}, Problem("a.b\x00", NUL)),  # a bad key
         ({"a": [{"b": "\udfff"}]}, Problem("a[0].b", SURROGATE)),
         ({1: "x", None: ["y"]}, None),  # keys that are not text are not checked as text
+        (_nested(31), None),  # as deep as may be
+        (_nested(32), Problem("[0]" * 32, "nested deeper than 32 levels")),
+        ({"a": _nested(31)}, Problem("a" + "[0]" * 31, "nested deeper than 32 levels")),
+        ([1, "ok", {"a": [None, float("inf")]}], Problem("[2].a[1]", NOT_FINITE)),
     ],
 )
 def test_find_unstorable_names_the_path_and_the_reason(value: Any, problem: Problem | None) -> None:

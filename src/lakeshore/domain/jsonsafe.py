@@ -57,7 +57,32 @@ StorableText = Annotated[str, AfterValidator(check_text)]
 
 
 def find_unstorable(value: Any, path: str = "", depth: int = 0) -> Problem | None:
-    """The first value under ``value`` that no store could keep, if any."""
+    """The first value under ``value`` that no store could keep, if any. A first walk
+    only looks (most values pass); a second, that names where, runs only when it did not
+    pass: naming every child's path as it went was most of a batch's check."""
+    if _storable(value, depth):
+        return None
+    return _find(value, path, depth)
+
+
+def _storable(value: Any, depth: int) -> bool:
+    """Whether :func:`_find` finds nothing under ``value``."""
+    if isinstance(value, str):
+        return _text_problem(value) is None
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if not isinstance(value, dict | list):
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        if any(isinstance(key, str) and _text_problem(key) is not None for key in value):
+            return False
+        return all(_storable(item, depth + 1) for item in value.values())
+    return all(_storable(item, depth + 1) for item in value)
+
+
+def _find(value: Any, path: str, depth: int) -> Problem | None:
     if isinstance(value, str):
         reason = _text_problem(value)
         return Problem(path, reason) if reason else None
@@ -78,7 +103,7 @@ def find_unstorable(value: Any, path: str = "", depth: int = 0) -> Problem | Non
     else:
         children = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
     for child, item in children:
-        found = find_unstorable(item, child, depth + 1)
+        found = _find(item, child, depth + 1)
         if found is not None:
             return found
     return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -90,6 +91,7 @@ _UNSET = {
     if column.name not in (*SHARED, *OWN, "created_at")
 }
 _JSON_COLUMNS = ("args", "kwargs")
+_SHARED_OF = operator.itemgetter(*SHARED)  # a row's shared columns, as one tuple
 # the conflict target of a key: the unique index holds only rows with one (0007), and
 # both stores match a partial index only when its predicate is named
 ON_KEY = "(queue_id, key) WHERE key IS NOT NULL"
@@ -165,8 +167,9 @@ def _parameters(
     """The statement's parameters: the shared columns, and the rows' own as JSON text
     (args and kwargs as JSON text of their own)."""
     first = rows[0]
-    shared = {name: first[name] for name in SHARED}
-    if any(row[name] != value for row in rows for name, value in shared.items()):
+    shared = dict(zip(SHARED, _SHARED_OF(first), strict=True))
+    alike = _SHARED_OF(first)
+    if any(_SHARED_OF(row) != alike for row in rows):
         raise ValueError(f"the rows of one insert share {', '.join(SHARED)}")
     base = first["created_at"]
     # SQLite keeps times as text in the column type's own format, row by row
