@@ -17,9 +17,6 @@ from lakeshore import logs
 from lakeshore.cli import context, output, verbs
 from lakeshore.cli.client import CliError
 from lakeshore.cli.server import Format, LogFormat
-from lakeshore.daemon import runner as runner_module
-from lakeshore.daemon.pool import PoolConfig
-from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
 from lakeshore.defaults import read_local_admin_token as local_admin_token
 from lakeshore.domain import runners as daemon_runners
 
@@ -197,6 +194,12 @@ def run(
     loop), sharing its memory. On SIGTERM or Ctrl-C it stops claiming, finishes what it
     holds, and exits.
     """
+    # here, not at the top: every other command would import the daemon's clients
+    # (aiohttp alone is ~0.1 s of a command's start)
+    from lakeshore.daemon import runner as runner_module
+    from lakeshore.daemon.pool import PoolConfig
+    from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
+
     cli = context.get(ctx)
     if runner not in daemon_runners.RUNNERS:
         raise typer.BadParameter(
