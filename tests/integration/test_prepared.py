@@ -15,6 +15,7 @@ from psycopg.pq import TransactionStatus
 from lakeshore.store import prepared
 from lakeshore.store.engine import Store
 from lakeshore.store.prepared import Prepared
+from tests.integration.backends import admin_connection, until_active
 
 ECHO = Prepared.of(
     "test_echo",
@@ -27,11 +28,6 @@ ECHO = Prepared.of(
 async def _on(store: Store) -> None:
     if store.dialect != "postgresql":
         pytest.skip("PostgreSQL's statement connections")
-
-
-def _admin(store: Store) -> psycopg.Connection[tuple[Any, ...]]:
-    url = store.engine.url.set(drivername="postgresql")
-    return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
 
 
 @pytest.mark.parametrize(
@@ -116,7 +112,7 @@ async def test_a_lost_connection_is_psycopgs_operational_error(store: Store) -> 
     async with store.statement() as conn:
         assert isinstance(conn, psycopg.AsyncConnection)
         pid = conn.info.backend_pid
-        with _admin(store) as admin:
+        with admin_connection(store) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         with pytest.raises(psycopg.OperationalError):
             await prepared.fetch(conn, ECHO, _echo())
@@ -144,14 +140,8 @@ async def test_a_run_cancelled_while_it_waits_leaves_no_busy_connection_behind(
     task = asyncio.create_task(slow())
     async with asyncio.timeout(10):
         await started.wait()
-    with _admin(store) as admin:
-        for _ in range(500):  # bounded: until the statement runs on the server
-            if admin.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state = 'active'", (pids[0],)
-            ).fetchone():
-                break
-            await asyncio.sleep(0.01)
-        else:
+    with admin_connection(store) as admin:
+        if not await until_active(admin, "pid = %s", (pids[0],)):
             pytest.fail("the statement never ran on the server")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -160,16 +150,8 @@ async def test_a_run_cancelled_while_it_waits_leaves_no_busy_connection_behind(
         assert isinstance(conn, psycopg.AsyncConnection)
         assert conn.info.backend_pid != pids[0]
         assert await prepared.fetch(conn, sleep, {"s": 0}) == [("",)]
-    with _admin(store) as admin:  # cancelled on the server too, not left running
-        for _ in range(500):  # bounded: the backend is told at once, and ends soon after
-            running = admin.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active'",
-                (pids[0],),
-            ).fetchone()
-            if running == (0,):
-                break
-            await asyncio.sleep(0.01)
-    assert running == (0,)
+    with admin_connection(store) as admin:  # cancelled on the server too, not left running
+        assert await until_active(admin, "pid = %s", (pids[0],), active=False)
 
 
 async def test_an_error_at_the_commit_is_raised_and_nothing_stays(store: Store) -> None:

@@ -26,6 +26,7 @@ from lakeshore.store.driver import conninfo
 from lakeshore.store.engine import Store, migrate, parse_url
 from lakeshore.store.statements import SqliteStatements
 from lakeshore.store.tables import metadata, namespaces
+from tests.integration.backends import admin_connection, until_active
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -236,7 +237,7 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_before_use(
     if store.dialect != "postgresql":
         pytest.skip("PostgreSQL's pool")
     [pid] = await _backends(store)
-    with psycopg_connect(store) as admin:
+    with admin_connection(store) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [pid])
         for _ in range(500):  # the backend is gone once it no longer lists itself
             if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
@@ -255,11 +256,6 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_before_use(
     monkeypatch.setattr(engine_module, "PING_IDLE_S", -1.0)
     assert await _backends(store) == {replacement}
     assert len(pings) == 1
-
-
-def psycopg_connect(store: Store) -> psycopg.Connection[tuple[object, ...]]:
-    url = store.engine.url.set(drivername="postgresql")
-    return psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
 
 
 async def _statement_backend(store: Store) -> int:
@@ -291,7 +287,7 @@ async def test_statement_connections_are_checked_without_a_round_trip_and_closed
             pytest.skip("PostgreSQL's statement connections")
         pid = await _statement_backend(store)
         assert await _statement_backend(store) == pid  # reused
-        with psycopg_connect(store) as admin:
+        with admin_connection(store) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", [pid])
             assert await _gone(admin, pid)
             replacement = await _statement_backend(store)  # would raise on the dead one
@@ -334,15 +330,8 @@ async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
     task = asyncio.create_task(slow())
     async with asyncio.timeout(10):
         await started.wait()
-    with psycopg_connect(store) as admin:
-        for _ in range(500):  # bounded: until the statement runs on the server
-            if admin.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)'"
-                " AND state = 'active'"
-            ).fetchone():
-                break
-            await asyncio.sleep(0.01)
-        else:
+    with admin_connection(store) as admin:
+        if not await until_active(admin, "query = 'SELECT pg_sleep(30)'"):
             pytest.fail("the statement never ran on the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

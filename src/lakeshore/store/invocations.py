@@ -167,8 +167,8 @@ def _parameters(
     """The statement's parameters: the shared columns, and the rows' own as JSON text
     (args and kwargs as JSON text of their own)."""
     first = rows[0]
-    shared = dict(zip(SHARED, _SHARED_OF(first), strict=True))
     alike = _SHARED_OF(first)
+    shared = dict(zip(SHARED, alike, strict=True))
     if any(_SHARED_OF(row) != alike for row in rows):
         raise ValueError(f"the rows of one insert share {', '.join(SHARED)}")
     base = first["created_at"]
