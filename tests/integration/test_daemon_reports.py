@@ -6,7 +6,7 @@ import json
 
 import httpx
 
-from tests.integration.daemons import Flaky, daemon_for, results, submit
+from tests.integration.daemons import ADMIN, NS, Flaky, daemon_for, results, submit
 
 
 async def test_outcomes_go_out_through_batched_reports_that_claim_again(
@@ -52,3 +52,28 @@ async def test_a_result_the_server_will_not_store_fails_the_attempt_for_good(
     )
     assert "LAKESHORE_MAX_RESULT_BYTES" in final["error"]["message"]
     assert (daemon.completed, daemon.failed) == (0, 1)
+
+
+async def test_a_result_goes_to_the_server_as_the_child_wrote_it(
+    app_transport: httpx.AsyncBaseTransport,
+) -> None:
+    """The daemon passes a result's JSON text on undecoded: past 64 bits, non-ASCII text
+    and nesting arrive as the function returned them."""
+    value = [2**70, -(2**65), "ünïcødé ✓", {"a": [1.5, None, True]}, 10**400]
+    async with httpx.AsyncClient(
+        transport=app_transport, base_url="http://lakeshore.test", headers=ADMIN
+    ) as http:
+        response = await http.post(
+            f"{NS}/queues/verbatim/invocations", json={"fn": "tests.udfs:echo", "args": value}
+        )
+        assert response.status_code == 201, response.text
+    recorder = Flaky(app_transport, {})
+    assert await daemon_for(recorder, "verbatim").run() == 0
+
+    reports = [json.loads(body) for path, body in recorder.bodies if path.endswith("/results")]
+    assert [item["result"] for report in reports for item in report["results"]] == [
+        {"args": value, "kwargs": {}}
+    ]
+    assert await results(app_transport, "verbatim") == [
+        ("succeeded", {"args": value, "kwargs": {}})
+    ]

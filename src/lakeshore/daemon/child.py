@@ -17,7 +17,8 @@ child warming up, not counted in ``timeout_s``), ``("kind", id, "plain" | "async
 it has imported ``fn`` (``begin`` and ``kind`` only for a function it has not run yet: the
 daemon, which knows which functions a child has run, starts the clock of the others),
 ``("item", id, json)`` per item streamed, and ``("done", id, kind, payload, rss)`` where
-``kind`` is ``ok``, ``error``, ``timeout`` or ``cancelled``.
+``kind`` is ``ok``, ``error``, ``timeout`` or ``cancelled`` and ``rss`` the child's resident
+memory (0 unless ``init`` asked for it: the daemon recycles children by memory).
 
 A plain function runs on the main thread, alone (the daemon sends nothing else meanwhile);
 ``async def`` ones run on an event loop kept for the child's life, several at once
@@ -91,10 +92,14 @@ class Channel:
 
 
 class Child:
-    def __init__(self, conn: Channel, preload: list[str]) -> None:
+    def __init__(self, conn: Channel, preload: list[str], rss: bool = True) -> None:
         self.conn = conn
         self.preload = list(preload)  # still to import (a failure is tried again)
         self.known: set[str] = set()  # functions imported here: no begin, no kind for them
+        # what each of them resolved to, and whether it is async: a warm child looks a
+        # function up once (an import and an unwrap each time were half its cost)
+        self.targets: dict[str, tuple[Any, bool, Callable[[], Any] | None]] = {}
+        self.rss = rss  # whether each outcome carries the resident memory (a read of /proc)
         self.set_up: set[int] = set()  # id() of each hook that ran to its end here
         self.hooks: dict[int, asyncio.Task[None]] = {}  # async hooks under way
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -146,22 +151,29 @@ class Child:
                 self.send("resume", tid)
         if isinstance(target, tuple):
             return target
+        is_async = calls.is_async(target)
         if not known:
-            self.send("kind", tid, "async" if calls.is_async(target) else "plain")
+            self.send("kind", tid, "async" if is_async else "plain")
             self.known.add(fn)
+        self.targets[fn] = (target, is_async, calls.setup_of(target))
         return target
 
     def _run(
         self, tid: str, fn: str, args: list[Any], kwargs: dict[str, Any], timeout_s: Any
     ) -> None:
-        target = self._prepare(tid, fn)
-        if isinstance(target, tuple):
-            self._done(tid, target)
-            return
-        if calls.is_async(target):
+        known = None if self.preload else self.targets.get(fn)
+        if known is None:
+            target = self._prepare(tid, fn)
+            if isinstance(target, tuple):
+                self._done(tid, target)
+                return
+            _, is_async, hook = self.targets[fn]
+        else:  # imported, run here before: the daemon started its clock, nothing to say
+            target, is_async, hook = known
+        if is_async:
             self._serve_async(tid, fn, target, args, kwargs, timeout_s)
             return
-        reply = self._set_up(tid, target)
+        reply = self._set_up(tid, hook)
         if reply is None:
             reply = calls.call(fn, target, args, kwargs, self._emitter(tid), self._until_done)
         self._clean_group()
@@ -176,15 +188,13 @@ class Child:
         return lambda text: send("item", tid, text)
 
     def _done(self, tid: str, reply: Reply, soon: bool = False) -> None:
-        for stream in (sys.stdout, sys.stderr):  # what the UDF printed, to the daemon's log
-            with contextlib.suppress(Exception):
-                stream.flush()
-        (self.send_soon if soon else self.send)("done", tid, reply[0], reply[1], linux.rss_bytes())
+        _flush_output()
+        rss = linux.rss_bytes() if self.rss else 0
+        (self.send_soon if soon else self.send)("done", tid, reply[0], reply[1], rss)
 
-    def _set_up(self, tid: str, target: Any) -> Reply | None:
-        """Run the target's set-up hook unless it ran here already; an error reply if it
+    def _set_up(self, tid: str, hook: Callable[[], Any] | None) -> Reply | None:
+        """Run a target's set-up hook unless it ran here already; an error reply if it
         raised (tried again by the next invocation)."""
-        hook = calls.setup_of(target)
         if hook is None or id(hook) in self.set_up:
             return None
         self.send("pause", tid)
@@ -247,7 +257,7 @@ class Child:
         target = self._prepare(tid, fn)
         if isinstance(target, tuple):
             self._done(tid, target)
-        elif calls.is_async(target):
+        elif self.targets[fn][1]:
             self._start(tid, fn, target, args, kwargs, timeout_s)
         else:  # not sent while async work runs; kept for when it is done
             self.waiting.append(message)
@@ -349,6 +359,16 @@ class Child:
             time.sleep(0.002)  # SIGKILL is on its way
 
 
+def _flush_output() -> None:
+    """What the UDF printed, to the daemon's log."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # a UDF replaced or closed them: the next flush tries again
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+
+
 def main(argv: list[str]) -> None:
     parent, fd = int(argv[1]), int(argv[2])
     linux.die_with_parent(parent)
@@ -361,11 +381,9 @@ def main(argv: list[str]) -> None:
     sys.path[:] = init["path"]  # import UDFs as the daemon would
     conn.send(("ready", None))  # started up: the daemon may claim work for it
     try:
-        Child(conn, init["preload"]).serve()
+        Child(conn, init["preload"], init.get("rss", True)).serve()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
+        _flush_output()
         os._exit(0)  # like a forked child: no interpreter shutdown waiting on UDF threads
 
 

@@ -298,7 +298,14 @@ class Pool:
         if self._sentinel is not None:
             self._sentinel.add(process.pid)
         child = ChildProcess(process, ours)
-        child.send("init", {"path": list(sys.path), "preload": list(self.config.preload)})
+        child.send(
+            "init",
+            {
+                "path": list(sys.path),
+                "preload": list(self.config.preload),
+                "rss": self.config.max_memory_per_child_mb is not None,
+            },
+        )
         return child
 
     # --- on the loop --------------------------------------------------------------------
@@ -372,11 +379,12 @@ class Pool:
             retire = child.retiring and not child.tickets
         ticket.tell(message)
         if retire:
+            resident = f", {child.rss // placement.MIB} MiB resident" if child.rss else ""
             log.info(
-                "recycling child %d after %d invocation(s), %d MiB resident",
+                "recycling child %d after %d invocation(s)%s",
                 child.pid,
                 child.invocations,
-                child.rss // placement.MIB,
+                resident,
             )
             child.send("exit")
 

@@ -78,7 +78,16 @@ class Reporter:
     async def report(self, invocation_id: str, body: dict[str, Any]) -> Answer:
         """Queue one outcome (``{"result"}`` or ``{"error", "retry"}``) and wait for its
         :class:`Answer`."""
-        encoded = encode({"id": invocation_id, **body})
+        return await self.report_encoded(invocation_id, encode({"id": invocation_id, **body}))
+
+    async def report_result(self, invocation_id: str, result_json: str) -> Answer:
+        """:meth:`report` of a success whose result is JSON text already (as a pool child
+        wrote it): passed on as it is, not decoded and encoded again."""
+        encoded = b'{"id":%b,"result":%b}' % (encode(invocation_id), result_json.encode())
+        return await self.report_encoded(invocation_id, encoded)
+
+    async def report_encoded(self, invocation_id: str, encoded: bytes) -> Answer:
+        """:meth:`report` of an outcome encoded already (``{"id": ..., ...}`` as JSON)."""
         done: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Pending(invocation_id, encoded, done))
         self._ready.set()

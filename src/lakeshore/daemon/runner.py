@@ -38,9 +38,14 @@ BURIAL_S = 10.0  # how long to wait for a killed child's group to be reaped
 @dataclass(frozen=True)
 class Outcome:
     ok: bool
-    result: Any = None
+    text: str = "null"  # the result, as the JSON text written where it ran
     error: dict[str, Any] = field(default_factory=dict)
     retry: bool = True
+
+    @property
+    def result(self) -> Any:
+        """The result's value (the daemon itself passes :attr:`text` on, undecoded)."""
+        return json.loads(self.text)
 
 
 def check_preload(module: str) -> None:
@@ -271,7 +276,7 @@ def outcome_of(fn: str, timeout_s: float | None, kind: str, payload: Any) -> Out
     """The outcome of a reply from :mod:`.calls` (``ok``, ``error``), or of a run that
     ended ``timeout`` or ``cancelled`` (stopped by the daemon)."""
     if kind == "ok":
-        return Outcome(ok=True, result=json.loads(payload))
+        return Outcome(ok=True, text=payload)
     if kind == "error":
         retry = bool(payload.pop("retry", True))
         return Outcome(ok=False, error=payload, retry=retry)

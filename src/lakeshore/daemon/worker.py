@@ -454,7 +454,7 @@ class Daemon:
 
     async def _deliver(self, invocation_id: str, outcome: runner.Outcome) -> None:
         if outcome.ok:
-            answer = await self.reporter.report(invocation_id, {"result": outcome.result})
+            answer = await self.reporter.report_result(invocation_id, outcome.text)
             if answer.state == "succeeded":
                 self.completed += 1
             if answer.state not in ("too_large", "invalid"):
