@@ -159,25 +159,42 @@ class Metrics:
         return name
 
     def leased(self, namespace: str, invocations: Iterable[dict[str, Any]]) -> None:
-        """Invocations a claim returned (their JSON): the first attempts' wait."""
+        """Invocations a claim returned (their JSON): the first attempts' wait. Each
+        queue's series is looked up once a call (a claim returns hundreds at a time)."""
+        series: dict[str, Any] = {}
         for inv in invocations:
             if inv.get("attempts") == 1 and inv.get("started_at") and inv.get("created_at"):
                 waited = _at(inv["started_at"]) - _at(inv["created_at"])
-                self.wait_seconds.labels(namespace, inv["queue"]).observe(
-                    max(0.0, waited.total_seconds())
-                )
+                queue = inv["queue"]
+                if queue not in series:
+                    series[queue] = self.wait_seconds.labels(namespace, queue)
+                series[queue].observe(max(0.0, waited.total_seconds()))
 
     def ended(
         self, labels: tuple[str, str], state: str, started_at: datetime | None, now: datetime
     ) -> None:
         """An attempt's outcome, recorded: ``state`` is the invocation's new one."""
-        outcome = OUTCOME_OF.get(state)
-        if outcome is None:
-            return
-        self.outcomes.labels(*labels, outcome).inc()
-        if started_at is not None:
-            ran = max(0.0, (now - started_at).total_seconds())
-            self.run_seconds.labels(*labels).observe(ran)
+        self.ended_many([(labels, state, started_at)], now)
+
+    def ended_many(
+        self, ended: Iterable[tuple[tuple[str, str], str, datetime | None]], now: datetime
+    ) -> None:
+        """Many attempts' outcomes (labels, new state, started at), as a report of a
+        hundred brings them: each series is looked up and each count added once."""
+        counts: dict[tuple[str, str, str], int] = {}
+        runs: dict[tuple[str, str], Any] = {}
+        for labels, state, started_at in ended:
+            outcome = OUTCOME_OF.get(state)
+            if outcome is None:
+                continue
+            key = (*labels, outcome)
+            counts[key] = counts.get(key, 0) + 1
+            if started_at is not None:
+                if labels not in runs:
+                    runs[labels] = self.run_seconds.labels(*labels)
+                runs[labels].observe(max(0.0, (now - started_at).total_seconds()))
+        for key, n in counts.items():
+            self.outcomes.labels(*key).inc(n)
 
     async def count_by_queue(
         self,

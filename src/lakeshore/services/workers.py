@@ -454,8 +454,7 @@ async def _count_ended(
     ]
 
     def count() -> None:
-        for label, state, started_at in ended:
-            metrics.ended(label, state, started_at, now)
+        metrics.ended_many(ended, now)
 
     return count
 
@@ -515,10 +514,14 @@ async def report(
                 retired = True
     notifier.notify([stream_key(i) for i in states])
     if metrics is not None:
-        for invocation_id, new_state in states.items():
-            queue_id, started_at = held[invocation_id]
-            if queue_id in labels:
-                metrics.ended(labels[queue_id], new_state, started_at, now)
+        metrics.ended_many(
+            (
+                (labels[held[i][0]], new_state, held[i][1])
+                for i, new_state in states.items()
+                if held[i][0] in labels
+            ),
+            now,
+        )
     await _count_leased(store, metrics, worker.namespace_id, claimed)
     await _count_expired(store, metrics, expired)
     answers: list[dict[str, Any]] = []
