@@ -31,7 +31,7 @@ from lakeshore import logs
 
 log = logging.getLogger("lakeshore.daemon")
 
-MAX_ITEMS = 100
+MAX_ITEMS = 500
 MAX_BYTES = 256 * 1024
 ATTEMPTS = 30
 UNDELIVERED = "undelivered"  # no answer after every attempt
