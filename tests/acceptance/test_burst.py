@@ -4,6 +4,7 @@ in a loop while its work runs."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -69,3 +70,29 @@ def test_a_burst_daemon_does_not_spin_while_its_work_runs(
     assert (final["state"], final["result"]) == ("succeeded", 2.0)
     # the first claim, one that waits while the invocation runs, one to see it is done
     assert claims_by(server, worker_id) <= 4, server.log()
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_burst_daemon_ends_with_its_summary_and_exit_code(
+    server: LakeshoreServer, http: httpx.Client, tmp_path: Path, log_format: str
+) -> None:
+    """The daemon ends without the interpreter's teardown once all is reported: what it
+    logged last is still written out, and it exits 0."""
+    queue = f"burst-summary-{log_format}-{server.backend}"
+    for body in (
+        {"fn": "tests.udfs:square", "args": [3]},
+        {"fn": "tests.udfs:square", "args": [4]},
+        {"fn": "tests.udfs:boom", "max_attempts": 1},
+    ):
+        assert http.post(f"{NS}/queues/{queue}/invocations", json=body).status_code == 201
+    log = tmp_path / "d.log"
+    args = ("--queue", queue, "--burst", "--log-format", log_format)
+    daemon = start_daemon(server, log, *args, PYTHONUNBUFFERED=None)  # as a service runs it
+    try:
+        assert daemon.wait(timeout=120) == 0, log.read_text()
+    finally:
+        stop(daemon)
+    last = log.read_text().strip().splitlines()[-1]
+    assert "daemon stopped: 2 succeeded, 1 failed" in last
+    if log_format == "json":
+        assert json.loads(last)["message"] == "daemon stopped: 2 succeeded, 1 failed"

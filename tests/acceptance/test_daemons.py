@@ -63,9 +63,14 @@ def http(server: LakeshoreServer) -> Iterator[httpx.Client]:
         yield client
 
 
-def start_daemon(server: LakeshoreServer, log: Path, *args: str) -> subprocess.Popen[bytes]:
+def start_daemon(
+    server: LakeshoreServer, log: Path, *args: str, **env_overrides: str | None
+) -> subprocess.Popen[bytes]:
     env = clean_env(
-        LAKESHORE_URL=server.url, LAKESHORE_TOKEN=server.admin_token, PYTHONPATH=str(ROOT)
+        LAKESHORE_URL=server.url,
+        LAKESHORE_TOKEN=server.admin_token,
+        PYTHONPATH=str(ROOT),
+        **env_overrides,
     )
     with log.open("ab") as out:
         return subprocess.Popen(

@@ -11,6 +11,7 @@ from lakeshore import __version__
 from lakeshore.cli import (
     admin,
     daemon,
+    exiting,
     feed,
     global_options,
     help_text,
@@ -111,6 +112,19 @@ help_text.install(app)
 
 
 def main() -> None:
+    """The console script: the app, then (when the command asked for it) an end without
+    the interpreter's teardown (:mod:`.exiting`)."""
+    try:
+        _run_app()
+    except SystemExit as exc:
+        if exiting.requested():
+            exiting.now(exiting.code_of(exc))
+        raise
+    if exiting.requested():
+        exiting.now(0)
+
+
+def _run_app() -> None:
     try:
         app()
     except SettingsRefused as exc:
