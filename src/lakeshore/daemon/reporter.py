@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import orjson
 
-from lakeshore import logs
+from lakeshore import jsontext, logs
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -129,7 +129,7 @@ class Reporter:
         if response is None or not response.is_success:
             self._settle(batch, {}, _refusal(response))
             return
-        answer = response.json()  # not orjson: it reads an integer over 64 bits as a float
+        answer = jsontext.parsed(response.content)  # invocations to run, with their args
         if answer["invocations"]:
             self.on_claimed(answer["invocations"])
         outcomes: dict[str, Answer] = {}

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from lakeshore import logs
+from lakeshore import jsontext, logs
 from lakeshore.daemon import linux, runner
 from lakeshore.daemon.longpoll import LongPoll, tls_context
 from lakeshore.daemon.pool import Pool, PoolConfig
@@ -300,7 +300,7 @@ class Daemon:
             await self._hello()
             return {"invocations": [], "next_in_s": 0.0}  # look again at once
         _raise_for(response)
-        answer: dict[str, Any] = response.json()
+        answer: dict[str, Any] = jsontext.parsed(response.content)
         self._start_all(answer["invocations"])
         return answer
 
