@@ -9,7 +9,10 @@ under ``lakeshore daemon run``:
 3. ``--invocations`` no-op invocations through ``--children`` warm children at once, read
    on an event loop as the daemon does, with the CPU each side spends per invocation
    (this process, and the children's own from ``/proc``);
-4. for comparison, a child started by each of multiprocessing's start methods (``fork``,
+4. ``--invocations`` no-ops queued ahead to one child (``Child.serve`` in this process, on
+   a socket pair): the child's own CPU per invocation when it never waits for the daemon,
+   against what it spends in a drain, woken for each one;
+5. for comparison, a child started by each of multiprocessing's start methods (``fork``,
    ``forkserver``, ``spawn``) running one no-op: ``fork`` is also what the daemon did per
    invocation before the pool.
 
@@ -25,15 +28,17 @@ import asyncio
 import multiprocessing
 import os
 import resource
+import socket
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import lakeshore.cli.main  # noqa: F401  (the daemon's imports, loaded as in a daemon)
-from lakeshore.daemon import runner
+from lakeshore.daemon import child, runner, wire
 from lakeshore.daemon.pool import Pool
 
 NOOP = "tests.udfs:noop"
@@ -64,6 +69,31 @@ def through_one_child(invocations: int) -> float:
         return time.perf_counter() - began
     finally:
         pool.close()
+
+
+def child_loop(invocations: int) -> float:
+    """A child's own CPU per no-op (µs), its messages queued ahead: what running an
+    invocation costs a warm child when it never waits for the daemon (run in this
+    process, on a socket pair, a thread reading what it sends)."""
+    ours, theirs = socket.socketpair()
+
+    def read() -> None:
+        while ours.recv(1 << 16):
+            pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    runs = [("run", str(n), NOOP, [], {}, None) for n in range(invocations)]
+    data = wire.pack_all([*runs, ("exit",)])
+    threading.Thread(target=ours.sendall, args=(data,), daemon=True).start()
+    one = child.Child(child.Channel(theirs.fileno()), [], rss=False)
+    began = time.process_time()
+    one.serve()
+    spent = time.process_time() - began  # the reader thread's share included
+    theirs.close()
+    reader.join(5.0)
+    ours.close()
+    return spent * 1e6 / invocations
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -141,6 +171,11 @@ def main() -> None:
         f"{args.invocations} no-ops through {args.children} warm children on an event loop: "
         f"{args.invocations / total:.0f}/s, CPU per invocation {ours:.3f} ms in the daemon "
         f"+ {theirs:.3f} ms in the children"
+    )
+    loop_us = statistics.median(child_loop(args.invocations) for _ in range(3))
+    print(
+        f"{args.invocations} no-ops queued ahead to one child, in this process: "
+        f"{loop_us:.1f} µs of CPU each (median of 3)"
     )
     for method in ("fork", "forkserver", "spawn"):
         times = multiprocessing_start(method, args.starts)
