@@ -35,7 +35,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lakeshore.daemon import calls, linux, wire
 
@@ -43,6 +43,15 @@ if TYPE_CHECKING:
     import asyncio
 
 Reply = calls.Reply
+
+
+class Target(NamedTuple):
+    """A function as a child runs it: what its name resolved to, whether it is async, and
+    its ``@udf(setup=...)`` hook."""
+
+    call: Any
+    is_async: bool
+    setup: Callable[[], Any] | None
 
 
 class Channel:
@@ -95,10 +104,9 @@ class Child:
     def __init__(self, conn: Channel, preload: list[str], rss: bool = True) -> None:
         self.conn = conn
         self.preload = list(preload)  # still to import (a failure is tried again)
-        self.known: set[str] = set()  # functions imported here: no begin, no kind for them
-        # what each of them resolved to, and whether it is async: a warm child looks a
-        # function up once (an import and an unwrap each time were half its cost)
-        self.targets: dict[str, tuple[Any, bool, Callable[[], Any] | None]] = {}
+        # each function imported here (no begin, no kind for it), as it runs: a warm child
+        # looks a function up once (an import and an unwrap each time were half its cost)
+        self.targets: dict[str, Target] = {}
         self.rss = rss  # whether each outcome carries the resident memory (a read of /proc)
         self.set_up: set[int] = set()  # id() of each hook that ran to its end here
         self.hooks: dict[int, asyncio.Task[None]] = {}  # async hooks under way
@@ -135,10 +143,16 @@ class Child:
             if message[0] == "run":
                 self._run(*message[1:])
 
-    def _prepare(self, tid: str, fn: str) -> Any:
-        """Preloads still to do, then import ``fn``: its target, or an error reply. The
+    def _lookup(self, tid: str, fn: str) -> Target | Reply:
+        """``fn`` as this child runs it, or an error reply: as it was looked up, once it has
+        run here and no preload is left to do, else :meth:`_prepare`'s."""
+        found = None if self.preload else self.targets.get(fn)
+        return found if found is not None else self._prepare(tid, fn)
+
+    def _prepare(self, tid: str, fn: str) -> Target | Reply:
+        """Preloads still to do, then import ``fn``: how it runs, or an error reply. The
         imports are the child's warming up, not counted in the invocation's time-out."""
-        known = fn in self.known and not self.preload
+        known = fn in self.targets and not self.preload
         if not known:  # the daemon starts the clock of a function this child knows itself
             self.send("begin", tid)  # its clock starts
         warming = bool(self.preload) or fn.partition(":")[0] not in sys.modules
@@ -151,31 +165,26 @@ class Child:
                 self.send("resume", tid)
         if isinstance(target, tuple):
             return target
-        is_async = calls.is_async(target)
+        found = Target(target, calls.is_async(target), calls.setup_of(target))
         if not known:
-            self.send("kind", tid, "async" if is_async else "plain")
-            self.known.add(fn)
-        self.targets[fn] = (target, is_async, calls.setup_of(target))
-        return target
+            self.send("kind", tid, "async" if found.is_async else "plain")
+        self.targets[fn] = found
+        return found
 
     def _run(
         self, tid: str, fn: str, args: list[Any], kwargs: dict[str, Any], timeout_s: Any
     ) -> None:
-        known = None if self.preload else self.targets.get(fn)
-        if known is None:
-            target = self._prepare(tid, fn)
-            if isinstance(target, tuple):
-                self._done(tid, target)
-                return
-            _, is_async, hook = self.targets[fn]
-        else:  # imported, run here before: the daemon started its clock, nothing to say
-            target, is_async, hook = known
-        if is_async:
-            self._serve_async(tid, fn, target, args, kwargs, timeout_s)
+        found = self._lookup(tid, fn)
+        if not isinstance(found, Target):
+            self._done(tid, found)
             return
-        reply = self._set_up(tid, hook)
+        if found.is_async:
+            self._serve_async(tid, fn, found, args, kwargs, timeout_s)
+            return
+        reply = self._set_up(tid, found.setup)
         if reply is None:
-            reply = calls.call(fn, target, args, kwargs, self._emitter(tid), self._until_done)
+            emit = self._emitter(tid)
+            reply = calls.call(fn, found.call, args, kwargs, emit, self._until_done)
         self._clean_group()
         self._done(tid, reply)
 
@@ -215,7 +224,7 @@ class Child:
         self,
         tid: str,
         fn: str,
-        target: Any,
+        target: Target,
         args: list[Any],
         kwargs: dict[str, Any],
         timeout_s: Any,
@@ -254,11 +263,11 @@ class Child:
             return
         _, tid, fn, args, kwargs, timeout_s = message
         self.conn.flush()  # what ended before it, before its begin and kind
-        target = self._prepare(tid, fn)
-        if isinstance(target, tuple):
-            self._done(tid, target)
-        elif self.targets[fn][1]:
-            self._start(tid, fn, target, args, kwargs, timeout_s)
+        found = self._lookup(tid, fn)
+        if not isinstance(found, Target):
+            self._done(tid, found)
+        elif found.is_async:
+            self._start(tid, fn, found, args, kwargs, timeout_s)
         else:  # not sent while async work runs; kept for when it is done
             self.waiting.append(message)
 
@@ -266,7 +275,7 @@ class Child:
         self,
         tid: str,
         fn: str,
-        target: Any,
+        target: Target,
         args: list[Any],
         kwargs: dict[str, Any],
         timeout_s: Any,
@@ -284,7 +293,7 @@ class Child:
         self,
         tid: str,
         fn: str,
-        target: Any,
+        target: Target,
         args: list[Any],
         kwargs: dict[str, Any],
         timeout_s: Any,
@@ -293,24 +302,23 @@ class Child:
 
         reply: Reply
         try:
-            failed = await self._set_up_async(tid, target)
+            failed = await self._set_up_async(tid, target.setup)
             if failed is not None:
                 reply = failed
             else:
                 async with asyncio.timeout(timeout_s):
                     emit = self._emitter(tid, soon=True)
-                    reply = await calls.call_async(fn, target, args, kwargs, emit)
+                    reply = await calls.call_async(fn, target.call, args, kwargs, emit)
         except TimeoutError:
             reply = ("timeout", None)
         except asyncio.CancelledError:
             reply = ("cancelled", None)
         self._done(tid, reply, soon=True)
 
-    async def _set_up_async(self, tid: str, target: Any) -> Reply | None:
+    async def _set_up_async(self, tid: str, hook: Callable[[], Any] | None) -> Reply | None:
         """The hook once per child, shared by the invocations that wait for it."""
         import asyncio
 
-        hook = calls.setup_of(target)
         if hook is None or id(hook) in self.set_up:
             return None
         self.send("pause", tid)
