@@ -1140,8 +1140,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--prefetch",
         type=int,
-        default=0,
-        help="invocations each Lakeshore daemon claims beyond its capacity (--prefetch)",
+        default=1000,
+        help=(
+            "invocations each Lakeshore daemon claims beyond its capacity (--prefetch; "
+            "enough to cover a few report round trips at the drain's pace, see "
+            "docs/taskqueue.md#prefetch)"
+        ),
     )
     parser.add_argument("--quick", action="store_true", help="a short smoke run (small counts)")
     parser.add_argument(
