@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -124,6 +125,31 @@ async def test_a_batch_answers_only_ids_when_asked(api: httpx.AsyncClient) -> No
     wrong = await api.post(f"{inv('work')}/batch?answer=all", json={"invocations": items})
     assert wrong.status_code == 422
     assert "answer" in wrong.text
+
+
+async def test_a_batch_body_is_read_as_pythons_json_reads_it(api: httpx.AsyncClient) -> None:
+    # the hot routes read bodies through orjson where it reads the text alike: integers
+    # past 64 bits, exponents and text past ASCII keep their exact values; NaN and text
+    # that is not JSON are refused as before
+    raw = (
+        b'{"invocations": [{"fn": "m:f", "args": [18446744073709551617, -9223372036854775809,'
+        rb' 1e23, 2.5e-3, "\u00e9 \u2713", "\ud83d\ude00", {"k": [1, null]}]}]}'
+    )
+    json_header = {"content-type": "application/json"}
+    response = await api.post(f"{inv('work')}/batch", content=raw, headers=json_header)
+    assert response.status_code == 201, response.text
+    stored = (await api.get(f"{NS}/invocations/{response.json()['invocations'][0]['id']}")).json()
+    assert stored["args"] == json.loads(raw)["invocations"][0]["args"]
+    assert [type(a) for a in stored["args"][:3]] == [int, int, float]
+    nan = b'{"invocations": [{"fn": "m:f", "args": [NaN]}]}'
+    refused = await api.post(f"{inv('work')}/batch", content=nan, headers=json_header)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["field"].endswith("args[0]")
+    broken = await api.post(
+        f"{inv('work')}/batch", content=b'{"invocations": [', headers=json_header
+    )
+    assert broken.status_code == 400
+    assert "JSON" in broken.json()["error"]["message"]
 
 
 async def test_a_key_twice_in_one_batch_is_one_invocation_created_once(
