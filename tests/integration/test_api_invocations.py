@@ -128,9 +128,9 @@ async def test_a_batch_answers_only_ids_when_asked(api: httpx.AsyncClient) -> No
 
 
 async def test_a_batch_body_is_read_as_pythons_json_reads_it(api: httpx.AsyncClient) -> None:
-    # the hot routes read bodies through orjson where it reads the text alike: integers
-    # past 64 bits, exponents and text past ASCII keep their exact values; NaN and text
-    # that is not JSON are refused as before
+    # integers past 64 bits, exponents and text past ASCII keep their exact values (a
+    # reader such as plain orjson would make 2**64 + 1 a float); NaN is refused where
+    # it is, text that is not JSON as a whole
     raw = (
         b'{"invocations": [{"fn": "m:f", "args": [18446744073709551617, -9223372036854775809,'
         rb' 1e23, 2.5e-3, "\u00e9 \u2713", "\ud83d\ude00", {"k": [1, null]}]}]}'

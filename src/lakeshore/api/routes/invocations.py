@@ -12,12 +12,11 @@ from pydantic import BaseModel, ConfigDict
 from lakeshore.api import head
 from lakeshore.api.answers import json_answer
 from lakeshore.api.deps import Caller, InNamespace, State, Submit
-from lakeshore.api.jsonroute import JsonRoute
 from lakeshore.errors import InvalidInput
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import streams as stream_service
 
-router = APIRouter(prefix="/v1/namespaces/{ns}", tags=["invocations"], route_class=JsonRoute)
+router = APIRouter(prefix="/v1/namespaces/{ns}", tags=["invocations"])
 
 WaitS = Annotated[
     float,

@@ -10,14 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lakeshore.api.answers import json_answer
 from lakeshore.api.deps import Caller, State
-from lakeshore.api.jsonroute import JsonRoute
 from lakeshore.domain import jsonsafe
 from lakeshore.domain.invocations import Report
 from lakeshore.errors import InvalidInput, PayloadTooLarge
 from lakeshore.services import streams as stream_service
 from lakeshore.services import workers as worker_service
 
-router = APIRouter(prefix="/v1/workers", tags=["workers"], route_class=JsonRoute)
+router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
 
 class ClaimIn(BaseModel):
