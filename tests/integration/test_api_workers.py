@@ -664,6 +664,49 @@ async def test_a_submit_is_handed_to_the_claim_waiting_on_its_queue(
     assert done.json()["state"] == "succeeded"
 
 
+@pytest.fixture
+async def answers_sent(
+    rare_recheck_app: FastAPI,
+) -> AsyncIterator[tuple[httpx.AsyncClient, Waiting, list[str]]]:
+    """Like ``rare_recheck_api``, with the path of each answer in the order the server
+    began to send them."""
+    sent: list[str] = []
+    async with LifespanManager(rare_recheck_app) as manager:
+        inner = manager.app
+
+        async def recording(scope: Any, receive: Any, send: Any) -> None:
+            async def sending(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    sent.append(scope["path"])
+                await send(message)
+
+            await inner(scope, receive, sending)
+
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=recording),
+            base_url="http://lakeshore.test",
+            headers=ADMIN,
+        ) as client:
+            yield client, rare_recheck_app.state.lakeshore.waiting, sent
+
+
+async def test_a_handed_claims_answer_goes_out_before_the_submitters(
+    answers_sent: tuple[httpx.AsyncClient, Waiting, list[str]],
+) -> None:
+    """The claim's answer starts the work: the server sends it before it answers the
+    submit that handed it the invocation."""
+    api, room, sent = answers_sent
+    worker = await hello(api, ["q"])
+    await submit(api, "q")  # makes the queue, known to the server from now on
+    await claim(api, worker)
+    waiting = await waiting_claim(api, room, worker, await queue_id_of(api, "q"))
+    sent.clear()
+    handed = await submit(api, "q", args=[1])
+    answer = await asyncio.wait_for(waiting, timeout=10)
+    assert [i["id"] for i in answer.json()["invocations"]] == [handed["id"]]
+    assert sent == [f"{W}/{worker}/claim", f"{NS}/queues/q/invocations"]
+
+
 async def test_a_worker_that_holds_all_it_may_is_handed_nothing(
     rare_recheck_api: httpx.AsyncClient,
     room: Waiting,

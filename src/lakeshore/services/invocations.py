@@ -19,7 +19,7 @@ from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
 from lakeshore.errors import Conflict, InvalidInput, LakeshoreError, NotFound, TooManyRequests
 from lakeshore.services.auth import Principal
-from lakeshore.services.handoff import Waiting
+from lakeshore.services.handoff import Waiter, Waiting
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
@@ -155,9 +155,20 @@ async def _submit_to_known(
     if answer is None:  # the queue moved on, or the key is taken
         known.pop((ns.id, queue_name), None)
         return None
-    if answer["state"] == "pending":  # a row handed on is no other claim's to take
-        notifier.notify([queue.id])
+    await _announce(notifier, queue.id, answer, waiter)
     return answer, True
+
+
+async def _announce(
+    notifier: Notifier, queue_id: str, answer: dict[str, Any], waiter: Waiter | None
+) -> None:
+    """Wake the claims waiting for work when the row went in pending (a row handed on
+    is no other claim's to take); else let the claim it was handed answer first: that
+    answer starts the work."""
+    if answer["state"] == "pending":
+        notifier.notify([queue_id])
+    elif waiter is not None:
+        await Waiting.answer_first(waiter)
 
 
 def _rows(
