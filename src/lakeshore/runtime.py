@@ -1,4 +1,4 @@
-"""How the server process runs its garbage collector.
+"""How the server's and a daemon's processes run their garbage collector.
 
 CPython's default thresholds (700, 10, 10) run a full collection whenever the objects
 that survived young collections since the last one pass a quarter of the old ones. A
@@ -12,6 +12,12 @@ objects takes ~20 ms) and full collections rare (after 50 times 100 young ones),
 freezes what start-up made (modules, schemas, the app) out of every later collection.
 Reference counting still frees nearly everything at once; only cyclic garbage waits
 longer for a collection.
+
+A daemon with the ``process`` runner (its UDFs run in pool children, which keep Python's
+defaults) tunes itself the same way: each invocation leaves a task, futures and dicts
+behind, and young collections kept walking them (two daemons drained 10,000 no-ops 4 to 9 %
+faster tuned, three rounds alternating). With the ``thread`` runner the UDFs run in the
+daemon, and their cyclic garbage must not wait: the defaults stay.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 import httpx
 import typer
 
-from lakeshore import logs
+from lakeshore import logs, runtime
 from lakeshore.cli import context, exiting, output, verbs
 from lakeshore.cli.client import CliError
 from lakeshore.cli.server import Format, LogFormat
@@ -238,6 +238,8 @@ def run(
         ),
     )
     daemon = Daemon(config)
+    if runner == daemon_runners.PROCESS:  # only Lakeshore's code runs in this process
+        runtime.tune()  # see lakeshore.runtime
     try:
         on_fastest_loop(daemon.run(own_process=True))
     except DaemonError as exc:
