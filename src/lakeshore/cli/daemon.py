@@ -85,8 +85,10 @@ def run(
             metavar="N",
             help="Claim up to N invocations beyond --capacity, to start the moment a slot "
             "frees instead of after a round trip to the server: for many short "
-            "invocations. They count as running (their leases are kept) while they wait; "
-            "leave it at 0 for long ones, so another daemon can take them.",
+            "invocations, enough to cover a few reports' round trips (hundreds to a "
+            "thousand for a fast stream of tiny ones; docs/taskqueue.md#prefetch). They "
+            "count as running (their leases are kept) while they wait; leave it at 0 for "
+            "long ones, so another daemon can take them.",
             min=0,
             max=10_000,
         ),
