@@ -1,24 +1,133 @@
 """Kept-alive HTTP/1.1 connections to one server, for the SDK's requests.
 
-The standard library's ``http.client`` does the protocol; this keeps its connections
-open between requests, shares them between threads, and sets aside a connection the
-server closed while it sat idle (it turns readable: the server's close). A connect that
-is refused, reset or timed out is tried once more; a request that may have reached the
-server is never sent again, so a submit is not made twice by the client.
+A request is written whole (its head and body in one ``sendall``) on a socket kept open
+between requests, and its answer is read by httptools (the C parser, llhttp, that the
+server's uvicorn reads requests with): chunked or sized bodies, keep-alive and the
+server's ``Connection: close`` are the parser's to know. Connections are shared between
+threads, and a connection the server closed while it sat idle is set aside (it turns
+readable: the server's close). A connect that is refused, reset or timed out is tried once
+more; a request that may have reached the server is never sent again, so a submit is not
+made twice by the client.
 
 A submit is one round trip, and the client's cost is part of it: on the 2-core bench
-machine one request through ``http.client`` costs 0.17-0.19 ms of the client's CPU,
-through urllib3's pool 0.28-0.29 ms, through httpx 0.54-0.64 ms
-(``bench/client_cost.py``).
+machine one request through the standard library's ``http.client`` (this module's
+transport before) costs 0.23-0.31 ms of the client's CPU, here about 0.10 ms
+(``bench/client_cost.py``): ``http.client`` reads an answer's head through the ``email``
+package, line by line.
 """
 
 from __future__ import annotations
 
 import http.client
 import select
+import socket
 import ssl
 import threading
 from urllib.parse import urlsplit
+
+import httptools
+
+_READ_BYTES = 65_536
+_NO_BODY = frozenset({204, 304})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # a length is sent even when empty
+
+
+class _Answer:
+    """One answer as httptools reads it: the parser calls these methods."""
+
+    __slots__ = ("body", "complete", "framed", "head_only", "headed", "keep", "messages", "parser")
+
+    def __init__(self, head_only: bool) -> None:
+        self.body: list[bytes] = []
+        self.complete = False
+        self.headed = False
+        self.messages = 0
+        self.framed = False  # a length or chunks: the body's end is known without a close
+        self.head_only = head_only
+        self.keep = False  # the answer lets the connection carry another request
+        self.parser = httptools.HttpResponseParser(self)
+
+    def on_message_begin(self) -> None:
+        self.messages += 1
+
+    def on_header(self, name: bytes, _value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.headed = True
+        self.keep = self.parser.should_keep_alive()  # known while the head is read
+        if self.head_only:  # an answer to HEAD has a length but no body
+            self.complete = True
+
+    def on_body(self, data: bytes) -> None:
+        if self.messages == 1:  # not a second answer no request asked for
+            self.body.append(data)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+class _Connection:
+    """One socket to the server, a request at a time."""
+
+    __slots__ = ("host", "sock")
+
+    def __init__(self, sock: socket.socket, host: bytes) -> None:
+        self.sock: socket.socket | None = sock
+        self.host = host
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+
+    def exchange(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes, bool]:
+        """The answer's status and body, and whether the connection may carry another
+        request."""
+        sock = self.sock
+        if sock is None:
+            raise http.client.NotConnected("the connection is closed")
+        sock.sendall(_head(method, target, self.host, headers, body) + (body or b""))
+        answer = _Answer(head_only=method == "HEAD")
+        parser = answer.parser
+        reusable = True
+        try:
+            while not answer.complete:
+                data = sock.recv(_READ_BYTES)
+                if not data:
+                    status = parser.get_status_code() if answer.headed else 0
+                    if answer.headed and not answer.framed and status not in _NO_BODY:
+                        reusable = False  # a body that ends with the connection: it has
+                        break
+                    raise http.client.RemoteDisconnected(
+                        "the server closed the connection without an answer"
+                    )
+                parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            raise http.client.HTTPException(f"the server's answer is not HTTP: {exc}") from None
+        reusable = reusable and answer.messages == 1 and answer.keep
+        return parser.get_status_code(), b"".join(answer.body), reusable
+
+
+def _head(
+    method: str, target: str, host: bytes, headers: dict[str, str], body: bytes | None
+) -> bytes:
+    """The request's head, refused as ``http.client`` refuses it when a line break or a
+    control character would split it."""
+    if not target.isprintable() or " " in target:
+        raise http.client.InvalidURL(f"the path {target!r} has a space or a control character")
+    lines = [f"{method} {target} HTTP/1.1\r\n".encode("ascii"), b"Host: ", host, b"\r\n"]
+    for name, value in headers.items():
+        if not name.isprintable() or not value.isprintable() or ":" in name:
+            raise ValueError(f"the header {name!r} has a line break or control character")
+        lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+    if body is not None or method in _BODY_METHODS:
+        lines.append(b"Content-Length: %d\r\n" % len(body or b""))
+    lines.append(b"\r\n")
+    return b"".join(lines)
 
 
 class Connections:
@@ -32,13 +141,15 @@ class Connections:
         self.url = url
         https = parts.scheme == "https"
         self._host = parts.hostname
-        # given, so that http.client does not read a port out of an IPv6 host
+        # given, so that the port is not read out of an IPv6 host
         self._port = parts.port or (443 if https else 80)
+        named = f"[{self._host}]" if ":" in self._host else self._host
+        self._host_header = named if parts.port is None else f"{named}:{parts.port}"
         self._prefix = parts.path.rstrip("/")
         self._context = ssl.create_default_context() if https else None
         self._timeout = timeout
         self._size = size
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[_Connection] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -51,17 +162,15 @@ class Connections:
         the request is not sent again."""
         conn = self._take()
         try:
-            conn.request(method, self._prefix + path, body=body, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
+            status, data, reusable = conn.exchange(method, self._prefix + path, body, headers)
         except BaseException:
             conn.close()
             raise
-        if response.will_close:
-            conn.close()
-        else:
+        if reusable:
             self._give(conn)
-        return response.status, data
+        else:
+            conn.close()
+        return status, data
 
     def close(self) -> None:
         """Close the idle connections, and each one in use as its request ends."""
@@ -71,7 +180,7 @@ class Connections:
         for conn in idle:
             conn.close()
 
-    def _take(self) -> http.client.HTTPConnection:
+    def _take(self) -> _Connection:
         while True:
             with self._lock:
                 if not self._idle:
@@ -87,30 +196,32 @@ class Connections:
         except (ConnectionError, TimeoutError):
             return self._connected()
 
-    def _give(self, conn: http.client.HTTPConnection) -> None:
+    def _give(self, conn: _Connection) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < self._size:
                 self._idle.append(conn)
                 return
         conn.close()
 
-    def _connected(self) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if self._context is not None:
-            conn = http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._timeout, context=self._context
-            )
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+    def _connected(self) -> _Connection:
+        sock = dial(self._host, self._port, self._timeout)
         try:
-            conn.connect()
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._context is not None:
+                sock = self._context.wrap_socket(sock, server_hostname=self._host)
         except BaseException:
-            conn.close()
+            sock.close()
             raise
-        return conn
+        # encoded once connected: a name that cannot be encoded was refused by the dial
+        return _Connection(sock, self._host_header.encode("idna"))
 
 
-def _open(conn: http.client.HTTPConnection) -> bool:
+def dial(host: str, port: int, timeout: float) -> socket.socket:
+    """A TCP connection to ``host:port``, its operations bounded by ``timeout``."""
+    return socket.create_connection((host, port), timeout=timeout)
+
+
+def _open(conn: _Connection) -> bool:
     """Whether an idle connection is still the server's to answer on: it has a socket,
     and nothing arrived on it while it sat idle (what arrives unasked is the server's
     close, or bytes no request asked for)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import select
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from lakeshore import connections
 from lakeshore.connections import Connections
 from tests.certificates import self_signed
 
@@ -144,39 +146,38 @@ def test_a_request_whose_answer_never_came_is_not_sent_again(server: Counting) -
 def test_a_failed_connect_is_tried_once_more(
     server: Counting, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = http.client.HTTPConnection.connect
+    real = connections.dial
     failures = [ConnectionRefusedError("refused")]
 
-    def connect(self: http.client.HTTPConnection) -> None:
+    def dial(host: str, port: int, timeout: float) -> socket.socket:
         if failures:
             raise failures.pop()
-        real(self)
+        return real(host, port, timeout)
 
-    monkeypatch.setattr(http.client.HTTPConnection, "connect", connect)
+    monkeypatch.setattr(connections, "dial", dial)
     pool = Connections(server.url, timeout=10)
     try:
         assert post(pool)[0] == 201
     finally:
         pool.close()
+    assert failures == []
     assert len(server.requests) == 1
 
 
 def test_a_port_nothing_listens_on_is_refused_after_the_second_try(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     tries = []
-    real = http.client.HTTPConnection.connect
+    real = connections.dial
 
-    def connect(self: http.client.HTTPConnection) -> None:
+    def dial(host: str, port: int, timeout: float) -> socket.socket:
         tries.append(1)
-        real(self)
+        return real(host, port, timeout)
 
-    monkeypatch.setattr(http.client.HTTPConnection, "connect", connect)
+    monkeypatch.setattr(connections, "dial", dial)
     pool = Connections(f"http://127.0.0.1:{port}", timeout=10)
     with pytest.raises(ConnectionRefusedError):
         post(pool)
@@ -208,11 +209,11 @@ def test_an_ipv6_host_without_a_port_is_asked_on_the_scheme_s_port(
 ) -> None:
     asked: list[tuple[str, int]] = []
 
-    def connect(self: http.client.HTTPConnection) -> None:
-        asked.append((self.host, self.port))
+    def dial(host: str, port: int, timeout: float) -> socket.socket:
+        asked.append((host, port))
         raise ConnectionRefusedError("refused")
 
-    monkeypatch.setattr(http.client.HTTPConnection, "connect", connect)
+    monkeypatch.setattr(connections, "dial", dial)
     for url, port in (("http://[::1]", 80), ("https://[::1]", 443), ("http://[::1]:8123", 8123)):
         asked.clear()
         with pytest.raises(ConnectionRefusedError):
@@ -258,7 +259,7 @@ def test_https_checks_the_certificate_and_keeps_the_connection(
     connects: list[int] = []
     real = Connections._connected
 
-    def counted(self: Connections) -> http.client.HTTPConnection:
+    def counted(self: Connections) -> Any:
         connects.append(1)
         return real(self)
 
@@ -275,3 +276,194 @@ def test_https_checks_the_certificate_and_keeps_the_connection(
         pool.close()
     assert len(server.requests) == 3
     assert server.connections == 1  # one connection for all three
+
+
+class Scripted:
+    """A loopback server that answers each request with the next of ``answers`` (raw
+    bytes; a ``CLOSE`` after them closes the connection once they are sent) and keeps
+    each request's raw bytes."""
+
+    def __init__(self, answers: list[bytes]) -> None:
+        self.answers = answers
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(10)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while self.answers:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                conn.settimeout(10)
+                while self.answers:
+                    request = self._read(conn)
+                    if request is None:
+                        break
+                    self.requests.append(request)
+                    answer = self.answers.pop(0)
+                    conn.sendall(answer.removesuffix(CLOSE))
+                    if answer.endswith(CLOSE):
+                        break
+
+    @staticmethod
+    def _read(conn: socket.socket) -> bytes | None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        while len(body) < length:
+            body += conn.recv(65536)
+        return data
+
+    def close(self) -> None:
+        self.answers.clear()
+        self.listener.close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def scripted() -> Iterator[Any]:
+    made: list[Scripted] = []
+
+    def make(answers: list[bytes]) -> Scripted:
+        made.append(Scripted(answers))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+CLOSE = b"<close>"
+
+
+def test_the_request_goes_out_as_one_http_1_1_message(scripted: Any) -> None:
+    server = scripted([OK, OK])
+    pool = Connections(server.url + "/prefix", timeout=10)
+    try:
+        assert pool.request("POST", "/v1/x?a=1", b'{"n":1}', {"Authorization": "Bearer t"}) == (
+            200,
+            b"{}",
+        )
+        assert pool.request("POST", "/v1/cancel", None, {})[0] == 200
+    finally:
+        pool.close()
+    port = server.url.rsplit(":", 1)[1]
+    assert server.requests == [
+        b"POST /prefix/v1/x?a=1 HTTP/1.1\r\nHost: 127.0.0.1:"
+        + port.encode()
+        + b"\r\nAuthorization: Bearer t\r\nContent-Length: 7\r\n\r\n"
+        + b'{"n":1}',
+        b"POST /prefix/v1/cancel HTTP/1.1\r\nHost: 127.0.0.1:"
+        + port.encode()
+        + b"\r\nContent-Length: 0\r\n\r\n",
+    ]
+    assert server.connections == 1
+
+
+def test_a_chunked_answer_is_read_whole_and_keeps_the_connection(scripted: Any) -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n[1,\r\n2\r\n2]\r\n0\r\n\r\n"
+    )
+    server = scripted([chunked, OK])
+    pool = Connections(server.url, timeout=10)
+    try:
+        assert pool.request("GET", "/a", None, {}) == (200, b"[1,2]")
+        assert pool.request("GET", "/b", None, {}) == (200, b"{}")
+    finally:
+        pool.close()
+    assert server.connections == 1
+
+
+def test_an_answer_ended_by_its_close_is_read_and_its_connection_not_kept(
+    scripted: Any,
+) -> None:
+    server = scripted([b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n[1]" + CLOSE, OK])
+    pool = Connections(server.url, timeout=10)
+    try:
+        assert pool.request("GET", "/a", None, {}) == (200, b"[1]")
+        assert pool._idle == []
+        assert pool.request("GET", "/b", None, {}) == (200, b"{}")
+    finally:
+        pool.close()
+    assert server.connections == 2
+
+
+def test_a_close_before_the_answer_s_length_is_an_error(scripted: Any) -> None:
+    server = scripted([b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n[1," + CLOSE])
+    pool = Connections(server.url, timeout=10)
+    try:
+        with pytest.raises(http.client.RemoteDisconnected):
+            pool.request("POST", "/a", b"once", {})
+        assert pool._idle == []
+    finally:
+        pool.close()
+    assert len(server.requests) == 1
+
+
+def test_an_answer_to_head_has_no_body(scripted: Any) -> None:
+    server = scripted([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", OK])
+    pool = Connections(server.url, timeout=10)
+    try:
+        assert pool.request("HEAD", "/a", None, {}) == (200, b"")
+        assert pool.request("GET", "/b", None, {}) == (200, b"{}")
+    finally:
+        pool.close()
+    assert server.connections == 1
+
+
+def test_an_answer_that_is_not_http_is_an_error_and_the_request_is_not_sent_again(
+    scripted: Any,
+) -> None:
+    server = scripted([b"SMTP ready\r\n\r\n", OK])
+    pool = Connections(server.url, timeout=10)
+    try:
+        with pytest.raises(http.client.HTTPException, match="not HTTP"):
+            pool.request("POST", "/a", b"once", {})
+        assert pool._idle == []
+    finally:
+        pool.close()
+    assert len(server.requests) == 1
+
+
+def test_bytes_after_the_answer_leave_the_connection_unused(scripted: Any) -> None:
+    server = scripted([OK + OK, OK])
+    pool = Connections(server.url, timeout=10)
+    try:
+        assert pool.request("GET", "/a", None, {}) == (200, b"{}")
+        assert pool.request("GET", "/b", None, {}) == (200, b"{}")
+    finally:
+        pool.close()
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [("/a\r\nX-Injected: 1", {}), ("/a b", {}), ("/a", {"X-Token": "t\r\nX-Injected: 1"})],
+)
+def test_a_line_break_in_a_path_or_header_is_refused_before_anything_is_sent(
+    server: Counting, path: str, headers: dict[str, str]
+) -> None:
+    pool = Connections(server.url, timeout=10)
+    try:
+        with pytest.raises((http.client.InvalidURL, ValueError)):
+            pool.request("GET", path, None, headers)
+    finally:
+        pool.close()
+    assert server.requests == []
