@@ -6,8 +6,9 @@ the no-framework ASGI app of ``bench/floor_app.py`` (``FLOOR_MODE=noop``) under 
 with httptools and uvloop, in a process of its own; one sequential client, one kept-alive
 connection, ``--requests`` timed ``POST``s of a submit-shaped JSON body (after 300
 untimed ones), each answer read and decoded. Clients: the SDK's own transport
-(``lakeshore.connections``, on the standard library's ``http.client``), a urllib3
-connection pool (the SDK's transport before; when urllib3 is installed), and httpx.
+(``lakeshore.connections``: kept sockets, answers read by httptools), the standard
+library's ``http.client`` on one kept-alive connection (the SDK's transport before), a
+urllib3 connection pool (before that; when urllib3 is installed), and httpx.
 It prints requests per second and the client's CPU per request, for ``--rounds``
 rounds.
 
@@ -19,6 +20,7 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import http.client
 import importlib
 import subprocess
 import sys
@@ -50,10 +52,18 @@ def timed(call: Callable[[], object], count: int) -> tuple[float, float]:
 def clients(url: str) -> dict[str, Callable[[], object]]:
     own = Connections(url, timeout=30)
     client = httpx.Client(base_url=url, timeout=30)
+    parts = url.removeprefix("http://").rsplit(":", 1)
+    stdlib = http.client.HTTPConnection(parts[0], int(parts[1]), timeout=30)
+
+    def stdlib_call() -> object:
+        stdlib.request("POST", "/submit", body=BODY, headers=HEADERS)
+        return orjson.loads(stdlib.getresponse().read())
+
     calls: dict[str, Callable[[], object]] = {
-        "lakeshore.connections (http.client)": lambda: orjson.loads(
+        "lakeshore.connections (httptools)": lambda: orjson.loads(
             own.request("POST", "/submit", BODY, HEADERS)[1]
         ),
+        "http.client, one kept-alive connection": stdlib_call,
     }
     try:  # urllib3 comes with the cloud extras, not with Lakeshore itself
         urllib3 = importlib.import_module("urllib3")

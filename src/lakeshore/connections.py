@@ -11,7 +11,7 @@ made twice by the client.
 
 A submit is one round trip, and the client's cost is part of it: on the 2-core bench
 machine one request through the standard library's ``http.client`` (this module's
-transport before) costs 0.23-0.31 ms of the client's CPU, here about 0.10 ms
+transport before) costs 0.17-0.31 ms of the client's CPU, here 0.06-0.12 ms
 (``bench/client_cost.py``): ``http.client`` reads an answer's head through the ``email``
 package, line by line.
 """
