@@ -25,6 +25,12 @@ PostgreSQL, a SQLite file for Lakeshore on SQLite), one after the other:
    ``--preload``, or long-lived children). Lakeshore runs it without and with ``--preload
    bench.peers_warm``.
 
+With ``--rounds N`` (default 3) the whole sequence runs N times, every system once a
+round, the order reversed in every other round: a measure that takes a second or two (the
+enqueues, the drain) then falls in a quiet or a busy moment of a shared machine by chance,
+and the systems share those chances. The table gives each measure's median over the
+rounds, and a second table each round's ratios for the targets, so the spread shows.
+
 It prints one table with the ratios Lakeshore / PgQueuer and Lakeshore / Procrastinate.
 
 Usage (from the repository root, after ``.venv/bin/pip install -r bench/requirements.txt``)::
@@ -47,6 +53,7 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -1070,6 +1077,41 @@ def table(results: dict[str, dict[str, float]], opts: argparse.Namespace) -> str
     return "\n".join(lines)
 
 
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each measure's median over the rounds that have it."""
+    keys = dict.fromkeys(key for run in runs for key in run)
+    return {key: statistics.median(run[key] for run in runs if key in run) for key in keys}
+
+
+TARGETS = (
+    ("single", "single submit"),
+    ("batch", "batch submit"),
+    ("drain", "drain"),
+    ("lat_p50", "p50"),
+)
+
+
+def round_table(rounds: dict[str, list[dict[str, float]]], count: int) -> str:
+    """Per round, each Lakeshore store's ratio to PgQueuer on the targets' rows (the p99
+    as milliseconds: its target is a bound, not a ratio)."""
+    peer = rounds.get("pgqueuer")
+    lines = []
+    for ls in (s for s in LAKESHORES if s in rounds):
+        title = TITLES[ls].split()[1]
+        heads = [f"{title}: {label} ÷ PgQueuer" for _, label in TARGETS if peer] + [
+            f"{title}: p99 ms"
+        ]
+        lines.append("| round | " + " | ".join(heads) + " |")
+        lines.append("|---:|" + "---:|" * len(heads))
+        for n in range(count):
+            ours = rounds[ls][n]
+            cells = [ratio(ours.get(key), peer[n].get(key)) for key, _ in TARGETS] if peer else []
+            cells.append(fmt("lat_p99", ours.get("lat_p99")))
+            lines.append(f"| {n + 1} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -1147,6 +1189,12 @@ def parse_args() -> argparse.Namespace:
             "docs/taskqueue.md#prefetch)"
         ),
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="run every system this many times, in alternating order; the table gives medians",
+    )
     parser.add_argument("--quick", action="store_true", help="a short smoke run (small counts)")
     parser.add_argument(
         "--only",
@@ -1167,9 +1215,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--profile-rate", type=int, default=100, help="py-spy's samples a second")
     opts = parser.parse_args()
+    if opts.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if opts.quick:
         opts.jobs, opts.batches, opts.single = 1_000, 2, 100
-        opts.latency, opts.warm = 20, 40
+        opts.latency, opts.warm, opts.rounds = 20, 40, 1
     return opts
 
 
@@ -1199,14 +1249,17 @@ def main() -> int:
     RES.admin_url = opts.database_url
     signal.signal(signal.SIGTERM, _interrupted)
     signal.signal(signal.SIGHUP, _interrupted)
-    results: dict[str, dict[str, float]] = {}
+    rounds: dict[str, list[dict[str, float]]] = {}
     code = 0
     try:
         print(header(), flush=True)
         print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}", flush=True)
-        for system in selected(opts):
-            print(f"[{TITLES[system]}]", flush=True)
-            results[system] = measure(system, opts)
+        systems = selected(opts)
+        for n in range(opts.rounds):
+            order = systems if n % 2 == 0 else systems[::-1]
+            for system in order:
+                print(f"[{TITLES[system]}, round {n + 1} of {opts.rounds}]", flush=True)
+                rounds.setdefault(system, []).append(measure(system, opts))
     except KeyboardInterrupt:
         print("\ninterrupted: stopping every process, dropping every database", file=sys.stderr)
         code = 130
@@ -1217,13 +1270,18 @@ def main() -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleaning
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         RES.close()
-    if results:
-        print()
+    if rounds:
+        complete = min(len(runs) for runs in rounds.values())
+        results = {system: medians(runs[:complete]) for system, runs in rounds.items()}
+        print(f"\nmedians over {complete} round(s)" if complete > 1 else "")
         print(table(results, opts))
         print(
             "\nratio = Lakeshore / peer: above 1 Lakeshore is faster on jobs/s rows,"
             " slower on ms and set-up rows"
         )
+        if complete > 1:
+            print("\neach round's ratios to PgQueuer, for the targets")
+            print(round_table(rounds, complete))
         print(f"load average at the end: {load()}")
     return code
 
