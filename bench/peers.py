@@ -1,12 +1,17 @@
 """Lakeshore against PgQueuer and Procrastinate: the same work, in one run, on one machine.
 
-For each system, on a fresh store (a new PostgreSQL database per peer and for Lakeshore on
-PostgreSQL, a SQLite file for Lakeshore on SQLite), one after the other:
+First the enqueues, every system up at once on a fresh store of its own, the systems
+taking turns (see ``enqueue_in_turn``: each one's calls cut into ten turns, in a rotating
+order, so that a busy moment of the machine falls on all alike):
 
 1. enqueue in batches: ``--batches`` x ``--batch-size`` jobs, after one warm-up batch;
 2. enqueue one call per job: ``--single`` sequential calls, after one warm-up call;
    Lakeshore's submits, one or in batches, go through the SDK's ``Client`` as a user's
-   code makes them (the peers' through their own Python APIs);
+   code makes them (the peers' through their own Python APIs).
+
+Then for each system, on a fresh store (a new PostgreSQL database per peer and for
+Lakeshore on PostgreSQL, a SQLite file for Lakeshore on SQLite), one after the other:
+
 3. drain ``--jobs`` no-op jobs, queued beforehand, with ``--workers`` worker processes,
    each running up to ``--concurrency`` jobs at once: ``lakeshore daemon run --burst
    --capacity C`` (talking to a real ``lakeshore server`` over HTTP), ``pgq run ... --mode
@@ -27,8 +32,8 @@ PostgreSQL, a SQLite file for Lakeshore on SQLite), one after the other:
 
 With ``--rounds N`` (default 3) the whole sequence runs N times, every system once a
 round, the order reversed in every other round: a measure that takes a second or two (the
-enqueues, the drain) then falls in a quiet or a busy moment of a shared machine by chance,
-and the systems share those chances. The table gives each measure's median over the
+drain) then falls in a quiet or a busy moment of a shared machine by chance, and the
+systems share those chances. The table gives each measure's median over the
 rounds, and a second table each round's ratios for the targets, so the spread shows.
 
 It prints one table with the ratios Lakeshore / PgQueuer and Lakeshore / Procrastinate.
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -60,8 +66,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -503,19 +509,6 @@ def lakeshore_server(db: str, run: Run) -> Iterator[Lakeshore]:
         RES.stop(server)
 
 
-def ls_enqueue(ls: Lakeshore) -> None:
-    opts, results = ls.run.opts, ls.run.results
-    ls.submit_batches("enqueue-batch", NOOP_FN, opts.batch_size)  # warm-up, creates the queue
-    started = time.perf_counter()
-    ls.submit_batches("enqueue-batch", NOOP_FN, opts.batches * opts.batch_size)
-    results["batch"] = opts.batches * opts.batch_size / (time.perf_counter() - started)
-    ls.submit("enqueue-single", NOOP_FN)  # warm-up
-    started = time.perf_counter()
-    for _ in range(opts.single):
-        ls.submit("enqueue-single", NOOP_FN)
-    results["single"] = opts.single / (time.perf_counter() - started)
-
-
 def ls_drain(ls: Lakeshore) -> None:
     opts = ls.run.opts
     ls.submit_batches("drain", NOOP_FN, opts.jobs)
@@ -611,7 +604,6 @@ def run_lakeshore(system: str, opts: argparse.Namespace) -> dict[str, float]:
         store = database() if system == "lakeshore-postgresql" else nullpath(run)
         with store as db, lakeshore_server(db, run) as ls:
             steps: list[tuple[str, Callable[[], None]]] = [
-                ("enqueue", lambda: ls_enqueue(ls)),
                 ("drain", lambda: ls_drain(ls)),
                 ("latency", lambda: ls_latency(ls)),
                 ("warm state", lambda: ls_warm(ls, preload=False)),
@@ -721,8 +713,9 @@ class Peer:
     async def install(self, dsn: str) -> None:
         raise NotImplementedError
 
-    async def enqueue(self, dsn: str, opts: argparse.Namespace) -> tuple[float, float]:
-        """(batch rate, single rate) on the "enqueue" jobs no worker serves."""
+    def enqueuer(self, dsn: str) -> contextlib.AbstractAsyncContextManager[Enqueue]:
+        """(one batch of a size, one single enqueue) of the "enqueue" jobs no worker
+        serves, on connections kept open for the enqueue phase."""
         raise NotImplementedError
 
     async def fill(self, dsn: str, kind: str, total: int, size: int) -> None:
@@ -780,21 +773,18 @@ class PgQueuerPeer(Peer):
         finally:
             await connection.close()
 
-    async def enqueue(self, dsn: str, opts: argparse.Namespace) -> tuple[float, float]:
+    @contextlib.asynccontextmanager
+    async def enqueuer(self, dsn: str) -> AsyncIterator[Enqueue]:
         connection, q = await self._queries(dsn)
         try:
-            size = opts.batch_size
-            names, payloads, priorities = ["enqueue"] * size, [None] * size, [0] * size
-            await q.enqueue(names, payloads, priorities)  # warm-up
-            started = time.perf_counter()
-            for _ in range(opts.batches):
-                await q.enqueue(names, payloads, priorities)
-            batch = opts.batches * size / (time.perf_counter() - started)
-            await q.enqueue("enqueue", None)  # warm-up
-            started = time.perf_counter()
-            for _ in range(opts.single):
+
+            async def batch(size: int) -> None:
+                await q.enqueue(["enqueue"] * size, [None] * size, [0] * size)
+
+            async def single() -> None:
                 await q.enqueue("enqueue", None)
-            return batch, opts.single / (time.perf_counter() - started)
+
+            yield batch, single
         finally:
             await connection.close()
 
@@ -859,21 +849,19 @@ class ProcrastinatePeer(Peer):
             async with app.open_async():
                 await app.schema_manager.apply_schema_async()
 
-    async def enqueue(self, dsn: str, opts: argparse.Namespace) -> tuple[float, float]:
+    @contextlib.asynccontextmanager
+    async def enqueuer(self, dsn: str) -> AsyncIterator[Enqueue]:
         with self.app(dsn) as app:
             async with app.open_async():
                 task = app.tasks["enqueue_noop"]
-                batch = [{}] * opts.batch_size
-                await task.batch_defer_async(*batch)  # warm-up
-                started = time.perf_counter()
-                for _ in range(opts.batches):
-                    await task.batch_defer_async(*batch)
-                batch_rate = opts.batches * opts.batch_size / (time.perf_counter() - started)
-                await task.defer_async()  # warm-up
-                started = time.perf_counter()
-                for _ in range(opts.single):
+
+                async def batch(size: int) -> None:
+                    await task.batch_defer_async(*([{}] * size))
+
+                async def single() -> None:
                     await task.defer_async()
-                return batch_rate, opts.single / (time.perf_counter() - started)
+
+                yield batch, single
 
     async def fill(self, dsn: str, kind: str, total: int, size: int) -> None:
         with self.app(dsn) as app:
@@ -940,11 +928,6 @@ class PeerRun:
         for conn in self.conns:
             conn.close()
 
-    def enqueue(self) -> None:
-        self.run.results["batch"], self.run.results["single"] = asyncio.run(
-            self.peer.enqueue(self.dsn, self.run.opts)
-        )
-
     def drain(self) -> None:
         opts = self.run.opts
         asyncio.run(self.peer.fill(self.dsn, "noop", opts.jobs, opts.batch_size))
@@ -996,7 +979,6 @@ def run_peer(peer: Peer, opts: argparse.Namespace) -> dict[str, float]:
         try:
             asyncio.run(peer.install(dsn))
             steps: list[tuple[str, Callable[[], None]]] = [
-                ("enqueue", pr.enqueue),
                 ("drain", pr.drain),
                 ("latency", pr.latency),
                 ("warm state", pr.warm),
@@ -1075,6 +1057,86 @@ def table(results: dict[str, dict[str, float]], opts: argparse.Namespace) -> str
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# --- enqueue, every system in turn ------------------------------------------------------------
+
+Enqueue = tuple[Callable[[int], Awaitable[None]], Callable[[], Awaitable[None]]]
+SyncEnqueue = tuple[Callable[[int], object], Callable[[], object]]
+SLICES = 10  # each system's enqueues, cut into this many turns
+
+
+@contextmanager
+def enqueuer(system: str, opts: argparse.Namespace, workdir: Path) -> Iterator[SyncEnqueue]:
+    """``system``'s (batch, single) enqueue calls, ready to be called from this thread,
+    on a fresh store of its own."""
+    if system in LAKESHORES:
+        run = Run(system, opts, workdir / system)
+        run.workdir.mkdir()
+        store = database() if system == "lakeshore-postgresql" else nullpath(run)
+        with store as db, lakeshore_server(db, run) as ls:
+            yield (
+                lambda size: ls.sdk.submit_many("enqueue-batch", NOOP_FN, [()] * size),
+                lambda: ls.sdk.submit("enqueue-single", NOOP_FN),
+            )
+        return
+    peer: Peer = PgQueuerPeer() if system == "pgqueuer" else ProcrastinatePeer()
+    loop = asyncio.new_event_loop()
+    try:
+        with database() as dsn:
+            loop.run_until_complete(peer.install(dsn))
+            opened = peer.enqueuer(dsn)
+            batch, single = loop.run_until_complete(opened.__aenter__())
+            try:
+                yield (
+                    lambda size: loop.run_until_complete(batch(size)),
+                    lambda: loop.run_until_complete(single()),
+                )
+            finally:
+                loop.run_until_complete(opened.__aexit__(None, None, None))
+    finally:
+        loop.close()
+
+
+def enqueue_in_turn(systems: list[str], opts: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Every system's enqueues, the same work as one after the other, but cut into
+    ``SLICES`` turns, the systems taking turns in a rotating order while all are up: a
+    busy moment of a shared machine falls on all of them alike. Rates are the calls
+    made over the time spent in them."""
+    spent = {system: {"batch": 0.0, "single": 0.0} for system in systems}
+    with tempfile.TemporaryDirectory(prefix="peers-enqueue-") as tmp, ExitStack() as stack:
+        calls = {s: stack.enter_context(enqueuer(s, opts, Path(tmp))) for s in systems}
+        for batch, single in calls.values():  # warm-ups: a batch and a single call each
+            batch(opts.batch_size)
+            single()
+        batches = _shares(opts.batches, SLICES)
+        singles = _shares(opts.single, SLICES)
+        for turn in range(SLICES):
+            order = systems[turn % len(systems) :] + systems[: turn % len(systems)]
+            for system in order:
+                batch, single = calls[system]
+                started = time.perf_counter()
+                for _ in range(batches[turn]):
+                    batch(opts.batch_size)
+                spent[system]["batch"] += time.perf_counter() - started
+            for system in order:
+                batch, single = calls[system]
+                started = time.perf_counter()
+                for _ in range(singles[turn]):
+                    single()
+                spent[system]["single"] += time.perf_counter() - started
+    return {
+        system: {
+            "batch": opts.batches * opts.batch_size / times["batch"],
+            "single": opts.single / times["single"],
+        }
+        for system, times in spent.items()
+    }
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """``total`` cut into ``parts`` near-equal whole shares."""
+    return [total // parts + (1 if n < total % parts else 0) for n in range(parts)]
 
 
 def medians(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -1256,10 +1318,17 @@ def main() -> int:
         print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}", flush=True)
         systems = selected(opts)
         for n in range(opts.rounds):
+            print(f"[enqueue, every system in turn, round {n + 1} of {opts.rounds}]", flush=True)
+            started = time.perf_counter()
+            enqueued = enqueue_in_turn(systems, opts)
+            for system, figures in enqueued.items():
+                shown = ", ".join(f"{k} {fmt(k, v)}" for k, v in figures.items())
+                print(f"  {TITLES[system]}: {shown}", flush=True)
+            print(f"  ({time.perf_counter() - started:.0f} s)", flush=True)
             order = systems if n % 2 == 0 else systems[::-1]
             for system in order:
                 print(f"[{TITLES[system]}, round {n + 1} of {opts.rounds}]", flush=True)
-                rounds.setdefault(system, []).append(measure(system, opts))
+                rounds.setdefault(system, []).append({**enqueued[system], **measure(system, opts)})
     except KeyboardInterrupt:
         print("\ninterrupted: stopping every process, dropping every database", file=sys.stderr)
         code = 130
