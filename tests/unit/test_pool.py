@@ -278,12 +278,13 @@ def test_a_child_runs_async_invocations_together_up_to_its_concurrency() -> None
         # gives each invocation a child of its own
         assert run(pool, "together", "alone", 1).ok
         waiter = ThreadPoolExecutor(3)
-        outcomes = [waiter.submit(run, pool, "together", "g", 3) for _ in range(3)]
-        pids = {f.result(timeout=60).result for f in outcomes}
+        futures = [waiter.submit(run, pool, "together", "g", 3) for _ in range(3)]
+        outcomes = [f.result(timeout=60) for f in futures]
         waiter.shutdown()
     finally:
         pool.close()
-    assert len(pids) == 1 and pool.started == 1
+    assert all(o.ok for o in outcomes), ([o.error for o in outcomes], pool.started)
+    assert len({o.result for o in outcomes}) == 1 and pool.started == 1
 
 
 def test_an_async_udf_that_blocks_its_loop_past_its_timeout_has_its_child_killed() -> None:

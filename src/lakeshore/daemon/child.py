@@ -233,6 +233,9 @@ class Child:
         self.loop.add_reader(self.conn.fd, self._on_readable)
         try:
             self._start(tid, fn, target, args, kwargs, timeout_s)
+            # messages that came in the same read as this one wait in the inbox: the
+            # socket will not turn readable for them
+            self._take_inbox()
             # an invocation taken up as the last one ended (before the loop stopped)
             # needs the loop too
             while self.tasks:
@@ -246,6 +249,9 @@ class Child:
     def _on_readable(self) -> None:
         if not self.conn.read():
             self._on_message(None)
+        self._take_inbox()
+
+    def _take_inbox(self) -> None:
         while self.conn.inbox and not self.exiting:
             self._on_message(self.conn.inbox.popleft())
 
