@@ -289,7 +289,7 @@ def test_a_surviving_replica_takes_over_the_controller(pg_server: str, tmp_path:
                     return newest > last and repeats >= 2
 
                 wait_for(
-                    survivor_ticked_twice, 10, "the survivor's loop to tick by itself", every_s=0.1
+                    survivor_ticked_twice, 30, "the survivor's loop to tick by itself", every_s=0.1
                 )
                 assert urls[survivor].poll() is None
             except BaseException:
