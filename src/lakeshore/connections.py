@@ -100,7 +100,8 @@ class _Connection:
                 if not data:
                     status = parser.get_status_code() if answer.headed else 0
                     if answer.headed and not answer.framed and status not in _NO_BODY:
-                        reusable = False  # a body that ends with the connection: it has
+                        # no length and no chunks: the body ended with the connection
+                        reusable = False
                         break
                     raise http.client.RemoteDisconnected(
                         "the server closed the connection without an answer"
