@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lakeshore.daemon.longpoll import Answer as ClaimAnswer
 from lakeshore.daemon.longpoll import LongPoll, proxy_for, tls_context
 from tests.certificates import self_signed
 
@@ -68,7 +69,7 @@ def http(status: int, payload: object) -> bytes:
     )
 
 
-async def claim_once(url: str, read_s: float = 10) -> httpx.Response:
+async def claim_once(url: str, read_s: float = 10) -> ClaimAnswer:
     """One claim, on a LongPoll of its own that is closed after it."""
     poll = LongPoll(url, "tok", read_s=read_s)
     try:
@@ -77,7 +78,7 @@ async def claim_once(url: str, read_s: float = 10) -> httpx.Response:
         await poll.aclose()
 
 
-async def test_a_claim_is_posted_with_the_token_and_answered_as_httpx_answers() -> None:
+async def test_a_claim_is_posted_with_the_token_and_answered_as_httpx_would_read_it() -> None:
     answers = [http(200, {"invocations": [{"id": "inv_1"}]}), http(503, {"error": "busy"})]
     async with serving(lambda _head, _body: answers.pop(0)) as (url, seen):
         poll = LongPoll(url, "tok-1", read_s=10)
@@ -86,7 +87,7 @@ async def test_a_claim_is_posted_with_the_token_and_answered_as_httpx_answers() 
             second = await poll.post("/v1/workers/w/claim", {"timeout_s": 5, "max": 3})
         finally:
             await poll.aclose()
-    assert isinstance(first, httpx.Response)
+    assert isinstance(first, ClaimAnswer)
     assert (first.status_code, first.json()) == (200, {"invocations": [{"id": "inv_1"}]})
     assert first.headers["content-type"] == "application/json"
     assert second.status_code == 503  # a refusal is an answer: the claim loop backs off

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +26,7 @@ import httpx
 
 from lakeshore import jsontext, logs
 from lakeshore.daemon import linux, runner
-from lakeshore.daemon.longpoll import LongPoll, tls_context
+from lakeshore.daemon.longpoll import Answer, LongPoll, tls_context
 from lakeshore.daemon.pool import Pool, PoolConfig
 from lakeshore.daemon.reporter import Reporter
 from lakeshore.daemon.sentinel import Sentinel
@@ -35,6 +35,7 @@ from lakeshore.daemon.threads import ThreadRun, Threads
 from lakeshore.domain import runners as daemon_runners
 
 log = logging.getLogger("lakeshore.daemon")
+Reply = httpx.Response | Answer  # a claim's answer: over the longpoll, or a transport's
 
 
 @dataclass
@@ -256,7 +257,7 @@ class Daemon:
             response = await self._ask(wait, free)
             if response == _STOP:
                 return
-            if not isinstance(response, httpx.Response):
+            if not isinstance(response, (httpx.Response, Answer)):
                 await self._sleep(self._backoff(failures))
                 failures += 1
                 continue
@@ -266,7 +267,7 @@ class Daemon:
                 return
             look = None if answer["invocations"] else answer
 
-    async def _ask(self, wait: float, free: int) -> httpx.Response | str | None:
+    async def _ask(self, wait: float, free: int) -> Reply | str | None:
         """One claim: its answer, None to retry after a back-off (the server is away or
         overloaded), or ``_STOP`` (stopping, or orphaned)."""
         self.polling = True
@@ -287,7 +288,7 @@ class Daemon:
             return None
         return response
 
-    async def _take(self, response: httpx.Response) -> dict[str, Any] | None:
+    async def _take(self, response: Reply) -> dict[str, Any] | None:
         """Start what a claim returned and hand back the answer; None when the daemon
         should stop claiming."""
         if response.status_code == 410:
@@ -325,10 +326,12 @@ class Daemon:
     def _forget(self, task: asyncio.Task[None]) -> None:
         self.running.pop(task.get_name(), None)
 
-    async def _post_or_stop(self, path: str, body: dict[str, Any]) -> httpx.Response | None:
+    async def _post_or_stop(self, path: str, body: dict[str, Any]) -> Reply | None:
         """A request that gives way to a stop signal (the claim long-poll, over
         :attr:`longpoll` when there is one)."""
-        post = self.longpoll.post(path, body) if self.longpoll else self.http.post(path, json=body)
+        post: Coroutine[Any, Any, Reply] = (
+            self.longpoll.post(path, body) if self.longpoll else self.http.post(path, json=body)
+        )
         request = asyncio.create_task(post)
         stopping = asyncio.create_task(self.stop.wait())
         done, _ = await asyncio.wait({request, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -508,12 +511,12 @@ class DaemonError(Exception):
     pass
 
 
-def _transient(response: httpx.Response) -> bool:
+def _transient(response: Reply) -> bool:
     """A refusal worth retrying: the server is overloaded, restarting, or its store is down."""
     return response.status_code == 429 or response.status_code >= 500
 
 
-def _raise_for(response: httpx.Response) -> None:
+def _raise_for(response: Reply) -> None:
     if response.is_success:
         return
     try:
