@@ -379,9 +379,9 @@ def threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     ran: list[int] = []
     real = statements_module._transaction
 
-    def noted(engine: Any, statement: Any, parameters: dict[str, Any]) -> Any:
+    def noted(db: Any, statement: Any, parameters: dict[str, Any]) -> Any:
         ran.append(threading.get_ident())
-        return real(engine, statement, parameters)
+        return real(db, statement, parameters)
 
     monkeypatch.setattr(statements_module, "_transaction", noted)
     return ran
@@ -407,7 +407,7 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
             .returning(namespaces.c.id),
             {},
         )
-    assert [tuple(row) for row in rows] == [("ns_b",)]
+    assert rows == [("ns_b",)]
     loop_thread = threading.get_ident()
     assert threads == [loop_thread]
     async with store.read() as read:
@@ -427,6 +427,12 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
         finally:
             inline.close()
     assert pragmas == [0, 0]
+    # its time went in as the store's own writes keep one (fixed-width text, compared in
+    # SQL), converted by the column's type as SQLAlchemy's execution would
+    with contextlib.closing(sqlite3.connect(store.engine.url.database or "")) as db:
+        stamps = db.execute("SELECT id, created_at FROM namespaces ORDER BY id").fetchall()
+    assert stamps == [("ns_b", "2026-01-01 12:00:00.000000"), ("ns_default", stamps[1][1])]
+    assert stamps[1][1] == stamps[0][1]
 
     wal = Path(f"{store.engine.url.database}-wal")
     sizes = []
