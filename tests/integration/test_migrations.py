@@ -133,7 +133,7 @@ def test_0007_keeps_every_row_and_drops_the_namespace_key(empty_url: str) -> Non
             "ix_invocations_queue_id_state_created_at_id",
             "ix_invocations_queue_id_created_at_id",
             "ix_invocations_leases",
-            "ix_invocations_worker_id",
+            "ix_invocations_worker_state",  # 0008's, made from 0007's worker index
         } <= set(indexes)
         if conn.dialect.name == "sqlite":  # the rebuild kept each index's own definition
             made = dict(conn.exec_driver_sql("SELECT name, sql FROM sqlite_master").all())
@@ -188,4 +188,28 @@ def test_0007_downgrades_and_upgrades_again_with_the_rows(empty_url: str) -> Non
     with engine.begin() as conn:
         assert _contents(conn) == before
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    engine.dispose()
+
+
+def test_0008_keeps_every_row_and_indexes_a_worker_s_rows_by_state(empty_url: str) -> None:
+    _alembic(empty_url, "upgrade", "0007")
+    engine = _engine(empty_url)
+    with engine.begin() as conn:
+        _fill(conn)
+        before = _contents(conn)
+
+    migrate(parse_url(empty_url))
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        indexes = {ix["name"]: ix for ix in inspect(conn).get_indexes("invocations")}
+        assert "ix_invocations_worker_id" not in indexes
+        assert indexes["ix_invocations_worker_state"]["column_names"] == ["worker_id", "state"]
+    _alembic(empty_url, "downgrade", "0007")  # and back, rows kept
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        names = {ix["name"] for ix in inspect(conn).get_indexes("invocations")}
+        assert "ix_invocations_worker_id" in names
+        assert "ix_invocations_worker_state" not in names
     engine.dispose()

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection, insert, inspect, select
+from sqlalchemy import Connection, func, insert, inspect, select
 from sqlalchemy.exc import IntegrityError
 
 from lakeshore.domain.queue import parse_spec
@@ -25,7 +25,7 @@ from lakeshore.store import statements as statements_module
 from lakeshore.store.driver import conninfo
 from lakeshore.store.engine import Store, migrate, parse_url
 from lakeshore.store.statements import SqliteStatements
-from lakeshore.store.tables import metadata, namespaces
+from lakeshore.store.tables import invocations, metadata, namespaces
 from tests.integration.backends import admin_connection, until_active
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -74,10 +74,59 @@ async def test_hot_query_indexes_exist(store: Store) -> None:
         # counts by state, filtered lists, and the fifo / filo claims (state = 'pending')
         "ix_invocations_queue_id_state_created_at_id",
         "ix_invocations_queue_id_created_at_id",  # a queue's invocations, newest first
-        "ix_invocations_worker_id",  # rows with a worker only
+        "ix_invocations_worker_state",  # rows with a worker only, by state
     } <= indexes
     assert "ix_invocations_queue_id_state" not in indexes  # replaced by the wider one
     assert "ix_invocations_claimable" not in indexes  # the wider one, for state = 'pending'
+
+
+async def test_a_worker_s_running_invocations_are_found_without_its_history(
+    store: Store,
+) -> None:
+    """What a worker runs now (``worker_id = ? AND state = ?``, as the claims, the
+    heartbeats and a handed submit ask it) is read from the index, not found by reading
+    every invocation the worker ever finished, nor every other worker's running ones,
+    and looking at each."""
+    ns = await _namespace(store)
+    async with store.write() as conn:
+        await queue_store.insert_queue(
+            conn, id="q_1", namespace_id=ns, spec=parse_spec({"name": "a"}), now=NOW
+        )
+        rows = [
+            {
+                "id": f"inv_{n}",
+                "namespace_id": ns,
+                "queue_id": "q_1",
+                "queue_name": "a",
+                "fn": "m:f",
+                "args": [],
+                "kwargs": {},
+                "state": "running" if n in (0, 300) or n > 600 else "succeeded",
+                # its own history, then other workers' running invocations
+                "worker_id": "w_1" if n <= 300 else f"w_{n}",
+                "available_at": NOW,
+                "created_at": NOW,
+            }
+            for n in range(900)
+        ]
+        await conn.execute(insert(invocations), rows)
+    query = select(func.count()).where(
+        invocations.c.worker_id == "w_1", invocations.c.state == "running"
+    )
+    async with store.read() as conn:
+        assert (await conn.execute(query)).scalar_one() == 2
+        sql = str(query.compile(conn.sync_connection, compile_kwargs={"render_postcompile": True}))
+        params = query.compile(conn.sync_connection).params
+        if store.dialect == "sqlite":
+            found = await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, tuple(params.values()))
+            plan = " ".join(str(row[-1]) for row in found)
+            assert "ix_invocations_worker_state (worker_id=? AND state=?)" in plan, plan
+        else:
+            await conn.exec_driver_sql("ANALYZE invocations")
+            await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # a small table
+            found = await conn.exec_driver_sql("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params)
+            plan = "\n".join(str(row[0]) for row in found)
+            assert "Rows Removed by Filter" not in plan, plan  # none of the 599 read
 
 
 def test_migrating_twice_is_harmless(database_url: str) -> None:

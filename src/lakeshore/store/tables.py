@@ -191,10 +191,12 @@ invocations = Table(
         sqlite_where=text("state = 'running'"),
         postgresql_where=text("state = 'running'"),
     ),
-    # a worker's invocations: rows without a worker (every submit's) are not indexed
+    # a worker's invocations, its running ones a range however many it has finished
+    # (0008); rows without a worker (every submit's) are not indexed
     Index(
-        "ix_invocations_worker_id",
+        "ix_invocations_worker_state",
         "worker_id",
+        "state",
         sqlite_where=text("worker_id IS NOT NULL"),
         postgresql_where=text("worker_id IS NOT NULL"),
     ),
