@@ -16,8 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lakeshore.daemon.longpoll import Answer as ClaimAnswer
-from lakeshore.daemon.longpoll import LongPoll, proxy_for, tls_context
+from lakeshore.daemon.longpoll import ClaimAnswer, LongPoll, proxy_for, tls_context
 from tests.certificates import self_signed
 
 Answer = Callable[[bytes, bytes], bytes | None]  # (request head, body) → what to write
@@ -211,3 +210,16 @@ def test_certificates_are_loaded_only_where_tls_is_spoken(
     assert tls_context("https://127.0.0.1:8000").cert_store_stats()["x509_ca"] >= 1
     monkeypatch.setenv("HTTP_PROXY", "https://proxy.example:3128")  # TLS to the proxy
     assert tls_context("http://lakeshore.example:8000").cert_store_stats()["x509_ca"] >= 1
+
+
+async def test_a_compressed_answer_that_does_not_decode_is_a_transport_error() -> None:
+    """A body a proxy says it compressed but that does not decompress is lost on the
+    way, as a cut connection is: the claim loop backs off and claims again."""
+    broken = b"not gzip at all"
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(broken), broken)
+    )
+    async with serving(lambda _head, _body: answer) as (url, _seen):
+        with pytest.raises(httpx.TransportError, match="DecodingError"):
+            await claim_once(url)

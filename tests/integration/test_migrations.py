@@ -112,14 +112,29 @@ def _contents(conn: Connection) -> dict[str, list[Any]]:
     }
 
 
-def test_0007_keeps_every_row_and_drops_the_namespace_key(empty_url: str) -> None:
-    _alembic(empty_url, "upgrade", "0006")
-    engine = _engine(empty_url)
+def _filled_then_migrated(url: str, revision: str) -> tuple[Engine, dict[str, Any]]:
+    """The store at ``revision``, filled, then migrated to the head: its engine, and its
+    contents before the migration."""
+    _alembic(url, "upgrade", revision)
+    engine = _engine(url)
     with engine.begin() as conn:
         _fill(conn)
         before = _contents(conn)
+    migrate(parse_url(url))
+    return engine, before
 
-    migrate(parse_url(empty_url))
+
+def _index_definitions(conn: Connection) -> dict[str, str]:
+    """Each index of ``invocations`` as the database itself writes it."""
+    if conn.dialect.name == "sqlite":
+        query = "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'invocations'"
+    else:
+        query = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'invocations'"
+    return {str(name): str(sql) for name, sql in conn.exec_driver_sql(query).all() if sql}
+
+
+def test_0007_keeps_every_row_and_drops_the_namespace_key(empty_url: str) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0006")
 
     with engine.begin() as conn:
         assert _contents(conn) == before  # stream items included: nothing cascaded
@@ -146,11 +161,7 @@ def test_0007_keeps_every_row_and_drops_the_namespace_key(empty_url: str) -> Non
 def test_0007_a_used_key_is_refused_and_a_namespace_still_takes_its_invocations(
     empty_url: str,
 ) -> None:
-    _alembic(empty_url, "upgrade", "0006")
-    engine = _engine(empty_url)
-    with engine.begin() as conn:
-        _fill(conn)
-    migrate(parse_url(empty_url))
+    engine, _ = _filled_then_migrated(empty_url, "0006")
 
     with pytest.raises(IntegrityError), engine.begin() as conn:
         conn.execute(insert(invocations).values(_invocation("inv_6", "a", "k1")))
@@ -192,13 +203,7 @@ def test_0007_downgrades_and_upgrades_again_with_the_rows(empty_url: str) -> Non
 
 
 def test_0008_keeps_every_row_and_indexes_a_worker_s_rows_by_state(empty_url: str) -> None:
-    _alembic(empty_url, "upgrade", "0007")
-    engine = _engine(empty_url)
-    with engine.begin() as conn:
-        _fill(conn)
-        before = _contents(conn)
-
-    migrate(parse_url(empty_url))
+    engine, before = _filled_then_migrated(empty_url, "0007")
 
     with engine.begin() as conn:
         assert _contents(conn) == before
@@ -206,10 +211,13 @@ def test_0008_keeps_every_row_and_indexes_a_worker_s_rows_by_state(empty_url: st
         indexes = {ix["name"]: ix for ix in inspect(conn).get_indexes("invocations")}
         assert "ix_invocations_worker_id" not in indexes
         assert indexes["ix_invocations_worker_state"]["column_names"] == ["worker_id", "state"]
+        made = _index_definitions(conn)["ix_invocations_worker_state"]
+        assert "worker_id IS NOT NULL" in made, made  # still only the rows with a worker
     _alembic(empty_url, "downgrade", "0007")  # and back, rows kept
     with engine.begin() as conn:
         assert _contents(conn) == before
-        names = {ix["name"] for ix in inspect(conn).get_indexes("invocations")}
-        assert "ix_invocations_worker_id" in names
-        assert "ix_invocations_worker_state" not in names
+        made_back = _index_definitions(conn)
+        assert "ix_invocations_worker_state" not in made_back
+        assert "worker_id IS NOT NULL" in made_back["ix_invocations_worker_id"]
+        assert "state" not in made_back["ix_invocations_worker_id"]
     engine.dispose()

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection, func, insert, inspect, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, bindparam, func, insert, inspect, select, text
+from sqlalchemy.exc import IntegrityError, StatementError
 
 from lakeshore.domain.queue import parse_spec
 from lakeshore.errors import InvalidInput, StoreUnavailable
@@ -26,6 +26,7 @@ from lakeshore.store.driver import conninfo
 from lakeshore.store.engine import Store, migrate, parse_url
 from lakeshore.store.statements import SqliteStatements
 from lakeshore.store.tables import invocations, metadata, namespaces
+from lakeshore.store.types import UTCDateTime
 from tests.integration.backends import admin_connection, until_active
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -557,3 +558,56 @@ async def test_closed_sqlite_statements_write_nothing(tmp_path: Path) -> None:
         await statements.execute(insert(namespaces).values(id="ns_x", name="x", created_at=NOW), {})
     with contextlib.closing(sqlite3.connect(tmp_path / "closed.db")) as db:
         assert db.execute("SELECT count(*) FROM namespaces").fetchone() == (0,)
+
+
+async def test_a_sqlite_statement_that_fails_writes_nothing_and_leaves_the_lock_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement the database refuses is raised as SQLAlchemy's error, one missing a
+    parameter as its ``StatementError``; neither writes anything, and the next statement
+    commits. A connection its rollback could not end is closed (its lock with it), not
+    kept for the next statement."""
+    url = parse_url(f"sqlite:///{tmp_path}/failing.db")
+    migrate(url)
+    statements = SqliteStatements(url.set(drivername="sqlite"), engine_module._writing)
+    path = str(tmp_path / "failing.db")
+
+    def stored() -> list[str]:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            return [row[0] for row in db.execute("SELECT id FROM namespaces ORDER BY id")]
+
+    try:
+        row = insert(namespaces).values(id="ns_a", name="a", created_at=NOW)
+        await statements.execute(row, {})
+        with pytest.raises(IntegrityError):  # the same id again
+            await statements.execute(row, {})
+        named = text("INSERT INTO namespaces (id, name, created_at) VALUES (:id, :name, :at)")
+        with pytest.raises(StatementError, match="missing or refused"):
+            await statements.execute(named.bindparams(bindparam("at", type_=UTCDateTime())), {})
+        with pytest.raises(StatementError, match="naive"):  # refused by the column's type
+            await statements.execute(
+                named.bindparams(bindparam("at", type_=UTCDateTime())),
+                {"id": "ns_n", "name": "n", "at": datetime(2026, 1, 1)},
+            )
+        await statements.execute(insert(namespaces).values(id="ns_b", name="b", created_at=NOW), {})
+        assert await asyncio.to_thread(stored) == ["ns_a", "ns_b"]
+
+        # a transaction its rollback could not end: the connection goes, and its lock
+        real = statements_module._transaction
+
+        def stuck(db: Any, compiled: Any, parameters: Any) -> Any:
+            db.execute("BEGIN IMMEDIATE")
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(statements_module, "_transaction", stuck)
+        with pytest.raises(sqlite3.OperationalError):
+            await statements.execute(row, {})
+        assert statements._inline_raw is None
+        with contextlib.closing(sqlite3.connect(path, timeout=0)) as other:
+            other.execute("BEGIN IMMEDIATE")  # no lock left behind
+            other.execute("ROLLBACK")
+        monkeypatch.setattr(statements_module, "_transaction", real)
+        await statements.execute(insert(namespaces).values(id="ns_c", name="c", created_at=NOW), {})
+        assert await asyncio.to_thread(stored) == ["ns_a", "ns_b", "ns_c"]
+    finally:
+        await statements.close()

@@ -9,11 +9,11 @@ aiohttp, and every other request of the daemon (hello, reports, heartbeats, stre
 items) stays on httpx, whose transport the tests replace to drive a daemon against an
 app in-process: a daemon given such a transport claims through it too.
 
-:meth:`LongPoll.post` answers with an :class:`Answer`, which the claim loop reads as it
+:meth:`LongPoll.post` answers with a :class:`ClaimAnswer`, which the claim loop reads as it
 reads an :class:`httpx.Response` (its status, body, headers, ``json()``), and fails with
 an :class:`httpx.TransportError`, as the httpx client would, so the claim loop reads one
-kind of answer and one kind of failure whichever way the claim went. An ``Answer`` is
-not an httpx response: making an ``httpx.Request`` and an ``httpx.Response`` for each
+kind of answer and one kind of failure whichever way the claim went. A ``ClaimAnswer``
+is not an httpx response: making an ``httpx.Request`` and an ``httpx.Response`` for each
 answer cost 0.3-0.5 ms of an idle daemon's CPU (its code cold, as it is when the work
 an idle worker waited for comes), on the path from the server's answer to the child. Like the httpx
 client it follows no redirect, decodes a compressed answer (httpx does, from the raw
@@ -58,7 +58,7 @@ class LongPoll:
         self.tls = tls if tls is not None else tls_context(self.server)
         self._session: aiohttp.ClientSession | None = None
 
-    async def post(self, path: str, body: dict[str, Any]) -> Answer:
+    async def post(self, path: str, body: dict[str, Any]) -> ClaimAnswer:
         url = self.server + path
         try:
             async with self._open().post(
@@ -67,8 +67,9 @@ class LongPoll:
                 content = await response.read()
                 if "Content-Encoding" in response.headers:  # a proxy compressed it
                     content = _decoded(response.status, response.headers, content)
-                return Answer(response.status, content, response.headers)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+                return ClaimAnswer(response.status, content, response.headers)
+        except (aiohttp.ClientError, TimeoutError, httpx.DecodingError) as exc:
+            # a body that does not decode is lost on the way, as a cut connection is
             raise httpx.TransportError(f"{type(exc).__name__}: {exc}") from exc
 
     async def aclose(self) -> None:
@@ -85,11 +86,11 @@ class LongPoll:
         return self._session
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+@dataclass(frozen=True, slots=True, eq=False)
+class ClaimAnswer:
     """A claim's answer, read as an :class:`httpx.Response` is: ``status_code``,
-    ``content`` (the body, decompressed by nobody: the claim asks for none), ``headers``
-    (matched in any case), ``is_success``, ``json()`` and ``text``."""
+    ``content`` (the body, decompressed if a proxy compressed it), ``headers`` (aiohttp's,
+    matched in any case), ``is_success``, ``json()`` and ``text``."""
 
     status_code: int
     content: bytes

@@ -26,7 +26,7 @@ import httpx
 
 from lakeshore import jsontext, logs
 from lakeshore.daemon import linux, runner
-from lakeshore.daemon.longpoll import Answer, LongPoll, tls_context
+from lakeshore.daemon.longpoll import ClaimAnswer, LongPoll, tls_context
 from lakeshore.daemon.pool import Pool, PoolConfig
 from lakeshore.daemon.reporter import Reporter
 from lakeshore.daemon.sentinel import Sentinel
@@ -35,7 +35,7 @@ from lakeshore.daemon.threads import ThreadRun, Threads
 from lakeshore.domain import runners as daemon_runners
 
 log = logging.getLogger("lakeshore.daemon")
-Reply = httpx.Response | Answer  # a claim's answer: over the longpoll, or a transport's
+Reply = httpx.Response | ClaimAnswer  # a claim's answer: over the longpoll, or a transport's
 
 
 @dataclass
@@ -257,7 +257,7 @@ class Daemon:
             response = await self._ask(wait, free)
             if response == _STOP:
                 return
-            if not isinstance(response, (httpx.Response, Answer)):
+            if not isinstance(response, (httpx.Response, ClaimAnswer)):
                 await self._sleep(self._backoff(failures))
                 failures += 1
                 continue

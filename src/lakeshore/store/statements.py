@@ -53,7 +53,7 @@ from psycopg.errors import ConnectionTimeout
 from psycopg.pq import TransactionStatus
 from sqlalchemy import event, pool
 from sqlalchemy.engine import URL, Dialect, Engine, create_engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 
@@ -190,10 +190,8 @@ class SqliteStatements:
             self._restarting = False
             rows = await self._on_thread(_on_engine, self._engine, compiled, parameters)
         else:
-            if self._inline_raw is None:
-                self._inline_raw = self._inline.raw_connection()
             try:
-                rows = _transaction(self._inline_raw.driver_connection, compiled, parameters)
+                rows = self._inline_transaction(compiled, parameters)
             except OperationalError as exc:
                 if not _busy(exc):
                     raise
@@ -205,6 +203,22 @@ class SqliteStatements:
             await self._on_thread(self._checkpoint)
             self._restarting = True
         return rows
+
+    def _inline_transaction(
+        self, compiled: _Compiled, parameters: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """:func:`_transaction` on the loop's own connection (opened on first use). One
+        left inside its transaction, its rollback failed too, is closed (which ends the
+        transaction and frees the lock) and opened afresh by the next statement."""
+        if self._inline_raw is None:
+            self._inline_raw = _connect(self._inline)
+        raw = self._inline_raw
+        try:
+            return _transaction(raw.driver_connection, compiled, parameters)
+        finally:
+            if raw.driver_connection is not None and raw.driver_connection.in_transaction:
+                self._inline_raw = None
+                raw.invalidate()
 
     async def _on_thread(self, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)`` on the statement thread. A caller cancelled meanwhile still
@@ -263,10 +277,18 @@ class _Compiled:
 
 @lru_cache(maxsize=64)
 def _compiled(statement: ClauseElement, dialect: Dialect) -> _Compiled:
-    # The statements are module-level constants (a submit's): compiled once each.
+    """``statement`` compiled once (the ones run here are module-level constants, a
+    submit's; one made for each call is compiled for each call). Its values are those
+    it holds (``.values(...)``) and the parameters given by name: a Python-side column
+    default, a parameter whose value is a callable and an expanding ``IN`` are refused,
+    as nothing here would compute them."""
     compiled: Any = statement.compile(dialect=dialect)
     if compiled.literal_execute_params or compiled.post_compile_params:
         raise ValueError("a one-statement write takes no expanding (IN) parameters")
+    if compiled.insert_prefetch or compiled.update_prefetch:
+        raise ValueError("a one-statement write runs no Python-side column defaults")
+    if any(bind.callable is not None for bind in compiled.binds.values()):
+        raise ValueError("a one-statement write takes no parameter computed by a callable")
     return _Compiled(
         compiled.string,
         tuple(compiled.positiontup or ()),
@@ -279,8 +301,16 @@ def _transaction(
     db: Any, compiled: _Compiled, parameters: Mapping[str, Any]
 ) -> list[tuple[Any, ...]]:
     """``compiled`` with ``parameters``, a write transaction of its own on the sqlite3
-    connection ``db`` (which opens none itself: see ``_sqlite_setup``)."""
-    values = compiled.values(parameters)
+    connection ``db`` (which opens none itself: see ``_sqlite_setup``). A parameter
+    missing, or refused by its type, is raised as SQLAlchemy's ``StatementError``, the
+    database's errors as its ``DBAPIError`` kinds; after any error the transaction is
+    rolled back (a failed rollback leaves the first error the one raised)."""
+    try:
+        values = compiled.values(parameters)
+    except Exception as exc:
+        raise StatementError(
+            f"a parameter is missing or refused: {exc!r}", compiled.sql, dict(parameters), exc
+        ) from exc
     try:
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -288,7 +318,8 @@ def _transaction(
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
-                db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
             raise
     except sqlite3.Error as exc:
         raise DBAPIError.instance(compiled.sql, values, exc, sqlite3.Error, dialect=None) from exc
@@ -299,11 +330,20 @@ def _on_engine(
     engine: Engine, compiled: _Compiled, parameters: Mapping[str, Any]
 ) -> list[tuple[Any, ...]]:
     """:func:`_transaction` on ``engine``'s one connection (on the thread it was made on)."""
-    raw = engine.raw_connection()
+    raw = _connect(engine)
     try:
         return _transaction(raw.driver_connection, compiled, parameters)
     finally:
         raw.close()
+
+
+def _connect(engine: Engine) -> PoolProxiedConnection:
+    """``engine``'s connection; a failure to open it raised as SQLAlchemy's, as a
+    statement's would be (``OperationalError``: the store is down, or busy)."""
+    try:
+        return engine.raw_connection()
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(None, None, exc, sqlite3.Error) from exc
 
 
 def _busy(exc: OperationalError) -> bool:

@@ -9,8 +9,10 @@ the worker had ever run and read each from the table to look at its state: a dae
 that had run 100,000 invocations made each claim and each handed submit read 100,000
 rows. The index now holds ``(worker_id, state)``: the same rows (those with a worker),
 and the running ones of a worker are a range of it, found as they are however long the
-worker has been working. Both stores take a bound ``state`` parameter to that range
-(a partial index over running rows would need the state written into each query).
+worker has been working. Both stores take that range whether the state is written into
+the query or bound as a parameter (a partial index over running rows would serve only
+the queries that write it). The new index is made before the old one goes, so that no
+moment of the migration is without one.
 
 Revision ID: 0008
 Revises: 0007
@@ -31,7 +33,6 @@ _HAS_WORKER = sa.text("worker_id IS NOT NULL")
 
 
 def upgrade() -> None:
-    op.drop_index("ix_invocations_worker_id", table_name="invocations")
     op.create_index(
         "ix_invocations_worker_state",
         "invocations",
@@ -40,10 +41,10 @@ def upgrade() -> None:
         sqlite_where=_HAS_WORKER,
         postgresql_where=_HAS_WORKER,
     )
+    op.drop_index("ix_invocations_worker_id", table_name="invocations")
 
 
 def downgrade() -> None:
-    op.drop_index("ix_invocations_worker_state", table_name="invocations")
     op.create_index(
         "ix_invocations_worker_id",
         "invocations",
@@ -52,3 +53,4 @@ def downgrade() -> None:
         sqlite_where=_HAS_WORKER,
         postgresql_where=_HAS_WORKER,
     )
+    op.drop_index("ix_invocations_worker_state", table_name="invocations")
