@@ -234,8 +234,9 @@ async def test_a_follower_ends_without_the_final_state_when_the_server_stops(
     worker, invocation = await running(api)
     ns = await resolve(store, ADMIN_PRINCIPAL, DEFAULT_NAMESPACE)
     stopping = asyncio.Event()
+    notifier = Notifier()  # the append's wakes the follower, whichever comes first
     follower = stream_service.follow(
-        store, Notifier(), ns, invocation, recheck_s=30, stopping=stopping
+        store, notifier, ns, invocation, recheck_s=30, stopping=stopping
     )
     seen: list[Any] = []
 
@@ -245,7 +246,7 @@ async def test_a_follower_ends_without_the_final_state_when_the_server_stops(
 
     task = asyncio.create_task(consume())
     try:
-        await stream_service.append(store, Notifier(), worker, invocation, 0, ["a"], _now())
+        await stream_service.append(store, notifier, worker, invocation, 0, ["a"], _now())
         await _until(lambda: len(seen) == 1)  # read, and now waiting for more
         assert not task.done()
         stopping.set()
