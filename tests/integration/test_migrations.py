@@ -105,11 +105,18 @@ def _fill(conn: Connection) -> None:
     )
 
 
+# columns added after the earliest revision these tests start from (0006): compared by
+# the tests of the migration that adds them
+_LATER = {("invocations", "begun_attempt")}  # 0009
+
+
 def _contents(conn: Connection) -> dict[str, list[Any]]:
-    return {
-        table.name: [tuple(row) for row in conn.execute(select(table).order_by(*table.primary_key))]
-        for table in (namespaces, queues, invocations, stream_items)
-    }
+    contents: dict[str, list[Any]] = {}
+    for table in (namespaces, queues, invocations, stream_items):
+        columns = [c for c in table.c if (table.name, c.name) not in _LATER]
+        query = select(*columns).order_by(*table.primary_key)
+        contents[table.name] = [tuple(row) for row in conn.execute(query)]
+    return contents
 
 
 def _filled_then_migrated(url: str, revision: str) -> tuple[Engine, dict[str, Any]]:
@@ -220,4 +227,22 @@ def test_0008_keeps_every_row_and_indexes_a_worker_s_rows_by_state(empty_url: st
         assert "ix_invocations_worker_state" not in made_back
         assert "worker_id IS NOT NULL" in made_back["ix_invocations_worker_id"]
         assert "state" not in made_back["ix_invocations_worker_id"]
+    engine.dispose()
+
+
+def test_0009_adds_the_begun_attempt_and_keeps_every_row(empty_url: str) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0008")
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        begun = conn.execute(select(invocations.c.begun_attempt)).scalars().all()
+        assert begun == [None] * 4  # not known to have begun
+        indexes = set(_index_definitions(conn))
+    _alembic(empty_url, "downgrade", "0008")  # and back, rows and indexes kept
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        columns = {c["name"] for c in inspect(conn).get_columns("invocations")}
+        assert "begun_attempt" not in columns
+        assert set(_index_definitions(conn)) == indexes
     engine.dispose()

@@ -62,6 +62,9 @@ class Capabilities(BaseModel):
     # invocations it may hold beyond max_invocations, waiting for a free slot (a daemon's
     # --prefetch): claimed ahead so a slot never waits on a round trip
     prefetch: Annotated[int, Field(strict=True, ge=0, le=10_000)] | None = None
+    # an id the daemon picks as it starts: its sentinel's crash report names it, so the
+    # report cannot drop a successor that said hello with the same worker id meanwhile
+    session: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None
 
 
 class Hello(BaseModel):
@@ -357,17 +360,21 @@ async def heartbeat(
     *,
     lease_s: float = LEASE_S,
     running: Collection[str] | None = None,
+    prefetched: Collection[str] | None = None,
     current_invocations: int | Unchanged | None = UNCHANGED,
 ) -> dict[str, Any]:
     """Extend the worker's leases; the answer lists what it still holds, so a daemon
     learns of cancellations and of leases it lost. ``current_invocations``, when given,
     replaces the worker's report of what it runs (``None``: it reports nothing).
 
-    A daemon that says what it ``running`` gets only those extended. What it holds
-    without running it (a claim's answer lost when a server died mid-answer, a result it
-    could not deliver) goes back to its queue at once, attempt not counted, unless it was
-    claimed less than a lease ago (that answer may still be on its way). Without
-    ``running`` every lease is extended."""
+    A daemon that says what it has ``running`` (begun) and what it holds ``prefetched``
+    (waiting for a slot) gets only those extended, and the ``running`` ones are recorded
+    as begun: should the daemon die without a word, only those are charged an attempt.
+    What it holds without listing it (a claim's answer lost when a server died
+    mid-answer, a result it could not deliver) goes back to its queue at once, attempt
+    not counted, unless it was claimed less than a lease ago (that answer may still be
+    on its way). Without ``running`` every lease is extended and counts as begun; without
+    ``prefetched`` (an older daemon) every one listed in ``running`` does."""
     worker = await _worker(store, caller, worker_id)
     claimed_since = now - timedelta(seconds=lease_s)
     async with store.write() as conn:
@@ -377,18 +384,69 @@ async def heartbeat(
             await worker_store.touch(conn, worker.id, now, current=current_invocations)
         released: list[str] = []
         if running is not None:
+            listed = [*running, *(prefetched or ())]
             released = await lease_store.hand_back(
-                conn, worker.id, now, running=running, claimed_before=claimed_since
+                conn, worker.id, now, running=listed, claimed_before=claimed_since
             )
             await wakeups.publish(conn, released)
         held = await lease_store.extend_leases(
-            conn, worker.id, now, lease_s, running=running, claimed_since=claimed_since
+            conn,
+            worker.id,
+            now,
+            lease_s,
+            running=running,
+            prefetched=prefetched,
+            claimed_since=claimed_since,
         )
     notifier.notify(released)
     return {
         "held": held,
         "released": len(released),
         "lease_expires_at": (now + timedelta(seconds=lease_s)).isoformat(),
+    }
+
+
+CRASHED = {"type": "WorkerCrashed", "message": "the daemon running this attempt died"}
+
+
+async def crashed(
+    store: Store,
+    notifier: Notifier,
+    caller: Principal,
+    worker_id: str,
+    *,
+    started: Collection[str],
+    session: str | None,
+    now: datetime,
+    metrics: Metrics | None = None,
+) -> dict[str, Any]:
+    """A daemon died (its sentinel reports it, with the daemon's token): of what the
+    worker holds, the attempts that had begun (``started``, and those its heartbeats said
+    had) are charged as an expired lease's are — back to pending after their backoff, or
+    failed once spent — and the rest go back to their queues at once, their attempt
+    uncounted, without waiting for the leases to run out. Then the worker is gone, as
+    after a bye. When ``session`` is not the one the worker's last hello named, a
+    successor said hello with the same id meanwhile: only the begun attempts are
+    charged, and the successor keeps its row and its leases."""
+    worker = await _worker(store, caller, worker_id)
+    async with store.write() as conn:
+        row = await worker_store.get(conn, worker.id)
+        mine = row is not None and (row["capabilities"] or {}).get("session") == session
+        counts, by_queue, charged = await lease_store.charge(conn, worker.id, started, now, CRASHED)
+        released: list[str] = []
+        if mine:
+            released = await lease_store.hand_back(conn, worker.id, now, unbegun_only=True)
+            await worker_store.remove(conn, worker.id)
+        keys = [*released, *(stream_key(i) for i in charged)]
+        await wakeups.publish(conn, keys)
+    notifier.notify(keys)
+    if metrics is not None and by_queue:
+        await metrics.count_by_queue(store, by_queue)
+    return {
+        "retried": counts["retried"],
+        "failed": counts["failed"],
+        "released": len(released),
+        "gone": mine,
     }
 
 

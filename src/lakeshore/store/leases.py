@@ -1,10 +1,15 @@
 """What a worker holds: its leases and the outcomes it reports.
 
 Complete and fail act only on a row the worker still holds (``running``, leased to it), so
-an outcome from a worker that lost its lease changes nothing. Heartbeats extend leases and
-hand back what a live worker holds without running it; the reaper returns expired leases
-to the queue, or fails them once their attempts are spent. Each is one statement per
-outcome group, not per row.
+an outcome from a worker that lost its lease changes nothing. Heartbeats extend leases,
+record which of them have begun (``begun_attempt``), and hand back what a live worker
+holds without running it; the reaper returns expired leases to the queue, or fails them
+once their attempts are spent. Each is one statement per outcome group, not per row.
+
+A claim counts an attempt. A lease that ends without its attempt having begun (work a
+daemon prefetched, the daemon gone) hands the attempt back: only what began is charged,
+whether a dead daemon's sentinel says what it had started (:func:`charge` and
+:func:`hand_back`) or only the lease's expiry tells (:func:`reap_expired`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     or_,
     select,
     text,
@@ -31,9 +37,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain.invocations import Report, after_failure, retry_backoff_s
 from lakeshore.store.isolated import isolated
-from lakeshore.store.tables import invocations
+from lakeshore.store.tables import invocations, workers
 
 C = invocations.c
+LEASE_EXPIRED = {"type": "LeaseExpired", "message": "the worker stopped renewing its lease"}
 
 
 def _is_pg(conn: AsyncConnection) -> bool:
@@ -224,50 +231,109 @@ async def extend_leases(
     lease_s: float,
     *,
     running: Collection[str] | None = None,
+    prefetched: Collection[str] | None = None,
     claimed_since: datetime | None = None,
 ) -> list[str]:
     """Extend the leases the worker holds; returns the ids extended.
 
-    With ``running`` (what the daemon says it runs), only those, and the ones claimed at
-    or after ``claimed_since`` (their claim's answer may still be on its way), are
-    extended; see :func:`hand_back` for the rest."""
+    With ``running`` (what the daemon says it runs) and ``prefetched`` (what it holds
+    waiting for a slot), only those, and the ones claimed at or after ``claimed_since``
+    (their claim's answer may still be on its way), are extended; see :func:`hand_back`
+    for the rest. The ``running`` ones are recorded as begun; without ``prefetched`` (a
+    daemon that does not tell them apart) every listed one is, and without ``running``
+    every lease the worker holds."""
     held: list[ColumnElement[bool]] = [C.worker_id == worker_id, C.state == "running"]
+    begun: Any = C.attempts
     if running is not None:
-        listed = C.id.in_(list(running))
+        listed = [*running, *(prefetched or ())]
         recent = C.started_at >= claimed_since if claimed_since else None
-        held.append(listed if recent is None else or_(listed, recent))
+        held.append(C.id.in_(listed) if recent is None else or_(C.id.in_(listed), recent))
+        begun = case((C.id.in_(list(running)), C.attempts), else_=C.begun_attempt)
+        if not running:
+            begun = C.begun_attempt
     done = await conn.execute(
         update(invocations)
         .where(*held)
-        .values(lease_expires_at=now + timedelta(seconds=lease_s))
+        .values(lease_expires_at=now + timedelta(seconds=lease_s), begun_attempt=begun)
         .returning(C.id)
     )
     return sorted(done.scalars())
 
 
+def _begun() -> ColumnElement[bool]:
+    """The lease's attempt is known to have begun."""
+    return C.begun_attempt == C.attempts
+
+
 @dataclass(frozen=True)
 class Reaped:
     """What :func:`reap_expired` did: ``counts`` by outcome (retried, failed), and
-    ``by_queue``: (queue id, outcome) → how many."""
+    ``by_queue``: (queue id, outcome) → how many; ``returned``: leases whose attempt never
+    began, back in the queue with it uncounted."""
 
     counts: dict[str, int]
     by_queue: dict[tuple[str, str], int]
+    returned: int = 0
 
 
 async def reap_expired(conn: AsyncConnection, now: datetime, *, limit: int = 1000) -> Reaped:
     """Return expired leases to pending (after a backoff) or fail them when attempts are spent.
 
+    Only an attempt that began is charged: a lease its worker holds without having begun
+    it (prefetched work, its daemon gone without a word) goes back at once with its
+    attempt uncounted. A worker that does not prefetch begins what it claims at once, so
+    its leases (and those of a worker no longer known) are all charged.
+
     The counts of each outcome, and ``by_queue``: (queue id, outcome) → how many, for the
     metrics' labels."""
     query = (
-        select(C.id, C.attempts, C.max_attempts, C.queue_id)
+        select(C.id, C.attempts, C.max_attempts, C.queue_id, C.worker_id, C.begun_attempt)
         .where(C.state == "running", C.lease_expires_at < now)
         .limit(limit)
     )
     if _is_pg(conn):
         query = query.with_for_update(skip_locked=True)
     rows = (await conn.execute(query)).all()
-    # one UPDATE per outcome: failed, or back to pending after the backoff of its attempt
+    prefetching = await _prefetching(conn, {row[4] for row in rows if row[4] is not None})
+    charged: list[tuple[str, int, int, str]] = []
+    unbegun: list[str] = []
+    for invocation_id, attempts, max_attempts, queue_id, worker_id, begun in rows:
+        if begun != attempts and worker_id in prefetching:
+            unbegun.append(invocation_id)
+        else:
+            charged.append((invocation_id, attempts, max_attempts, queue_id))
+    counts, by_queue = await _charge_rows(conn, charged, now, LEASE_EXPIRED)
+    returned = 0
+    if unbegun:
+        stmt = _handed_back(now).where(C.id.in_(unbegun), C.state == "running")
+        work = partial(conn.execute, stmt)
+        if await isolated(conn, "returning unbegun leases", unbegun, work) is not None:
+            returned = len(unbegun)
+    return Reaped(counts, by_queue, returned)
+
+
+async def _prefetching(conn: AsyncConnection, worker_ids: set[str]) -> set[str]:
+    """Those of the workers (still known) that hold work ahead of a free slot."""
+    if not worker_ids:
+        return set()
+    query = select(workers.c.id, workers.c.capabilities).where(workers.c.id.in_(worker_ids))
+    return {
+        str(worker_id)
+        for worker_id, capabilities in (await conn.execute(query)).all()
+        if isinstance(capabilities, dict) and capabilities.get("prefetch")
+    }
+
+
+async def _charge_rows(
+    conn: AsyncConnection,
+    rows: Sequence[tuple[str, int, int, str]],
+    now: datetime,
+    error: dict[str, Any],
+) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+    """Charge each (id, attempts, max attempts, queue id) its attempt: back to pending
+    after the backoff of its attempt, or failed when they are spent; one UPDATE per
+    outcome group, each in a savepoint of its own. The counts by outcome (retried,
+    failed) and by (queue id, outcome)."""
     groups: dict[int | None, list[str]] = {}
     queue_of: dict[str, str] = {}
     for invocation_id, attempts, max_attempts, queue_id in rows:
@@ -276,26 +342,58 @@ async def reap_expired(conn: AsyncConnection, now: datetime, *, limit: int = 100
         queue_of[invocation_id] = queue_id
     counts = {"retried": 0, "failed": 0}
     by_queue: dict[tuple[str, str], int] = {}
-    error = {"type": "LeaseExpired", "message": "the worker stopped renewing its lease"}
-    for attempts, ids in groups.items():
+    for spent, ids in groups.items():
         values: dict[str, Any] = {"lease_expires_at": None, "error": error}
-        if attempts is None:
+        if spent is None:
             values.update(state="failed", finished_at=now)
-            counts["failed"] += len(ids)
         else:
-            delay = timedelta(seconds=retry_backoff_s(attempts))
+            delay = timedelta(seconds=retry_backoff_s(spent))
             values.update(state="pending", worker_id=None, available_at=now + delay)
-            counts["retried"] += len(ids)
         stmt = update(invocations).where(C.id.in_(ids), C.state == "running").values(values)
-        done = await isolated(conn, "returning expired leases", ids, partial(conn.execute, stmt))
+        done = await isolated(conn, "charging ended leases", ids, partial(conn.execute, stmt))
         if done is None:  # skipped (logged): not counted
-            counts["failed" if attempts is None else "retried"] -= len(ids)
             continue
-        outcome = "failed" if attempts is None else "retried"
+        outcome = "failed" if spent is None else "retried"
+        counts[outcome] += len(ids)
         for invocation_id in ids:
             key = (queue_of[invocation_id], outcome)
             by_queue[key] = by_queue.get(key, 0) + 1
-    return Reaped(counts, by_queue)
+    return counts, by_queue
+
+
+async def charge(
+    conn: AsyncConnection,
+    worker_id: str,
+    started: Collection[str],
+    now: datetime,
+    error: dict[str, Any],
+) -> tuple[dict[str, int], dict[tuple[str, str], int], list[str]]:
+    """A dead worker's begun attempts, charged: of what the worker still holds, those in
+    ``started`` and those its heartbeats said had begun go back to pending after their
+    backoff, or fail when their attempts are spent, with ``error``. The counts by
+    outcome and by (queue id, outcome), and the ids charged."""
+    query = select(C.id, C.attempts, C.max_attempts, C.queue_id).where(
+        C.worker_id == worker_id,
+        C.state == "running",
+        or_(C.id.in_(list(started)), _begun()) if started else _begun(),
+    )
+    if _is_pg(conn):
+        query = query.with_for_update()
+    rows = [(str(i), int(a), int(m), str(q)) for i, a, m, q in (await conn.execute(query)).all()]
+    counts, by_queue = await _charge_rows(conn, rows, now, error)
+    return counts, by_queue, [str(row[0]) for row in rows]
+
+
+def _handed_back(now: datetime) -> Any:
+    """Back to pending, claimable now, the attempt the claim counted uncounted."""
+    return update(invocations).values(
+        state="pending",
+        worker_id=None,
+        lease_expires_at=None,
+        available_at=now,
+        attempts=C.attempts - 1,
+        begun_attempt=None,
+    )
 
 
 async def hand_back(
@@ -305,6 +403,7 @@ async def hand_back(
     *,
     running: Collection[str] = (),
     claimed_before: datetime | None = None,
+    unbegun_only: bool = False,
 ) -> list[str]:
     """Return the worker's running invocations to pending, claimable now, their attempt
     not counted (the worker stopped, or never ran them; the function did not fail). One
@@ -313,22 +412,14 @@ async def hand_back(
     A worker still alive keeps what it says it is ``running`` and what it claimed at or
     after ``claimed_before``; the rest it holds without running: a claim whose answer
     never reached it (the server died as it answered, the connection dropped) or a result
-    it could not deliver."""
+    it could not deliver. ``unbegun_only`` keeps the leases its heartbeats said had begun
+    (a dead worker's, charged by :func:`charge`)."""
     held: list[ColumnElement[bool]] = [C.worker_id == worker_id, C.state == "running"]
     if running:
         held.append(C.id.not_in(list(running)))
     if claimed_before is not None:
         held.append(C.started_at < claimed_before)
-    done = await conn.execute(
-        update(invocations)
-        .where(*held)
-        .values(
-            state="pending",
-            worker_id=None,
-            lease_expires_at=None,
-            available_at=now,
-            attempts=C.attempts - 1,
-        )
-        .returning(C.queue_id)
-    )
+    if unbegun_only:
+        held.append(C.begun_attempt.is_distinct_from(C.attempts))
+    done = await conn.execute(_handed_back(now).where(*held).returning(C.queue_id))
     return [str(queue_id) for queue_id in done.scalars()]

@@ -169,6 +169,9 @@ invocations = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("started_at", UTCDateTime(), nullable=True),
     Column("finished_at", UTCDateTime(), nullable=True),
+    # the attempt (its ``attempts`` value) its worker said it began: an attempt that never
+    # began (prefetched, its daemon gone) goes back uncounted (0009); null: not known
+    Column("begun_attempt", Integer, nullable=True),
     # idempotency: a key is unique per namespace + queue (a queue id implies both); rows
     # without a key (most) are not indexed (0007)
     Index(

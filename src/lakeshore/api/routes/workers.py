@@ -116,14 +116,15 @@ class HeartbeatCapabilities(BaseModel):
     current_invocations: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
 
 
+Ids = Annotated[
+    list[Annotated[jsonsafe.StorableText, Field(max_length=64)]], Field(max_length=10_000)
+]
+
+
 class HeartbeatIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    running: (
-        Annotated[
-            list[Annotated[jsonsafe.StorableText, Field(max_length=64)]], Field(max_length=10_000)
-        ]
-        | None
-    ) = None
+    running: Ids | None = None
+    prefetched: Ids | None = None
     capabilities: HeartbeatCapabilities | None = None
 
 
@@ -131,9 +132,12 @@ class HeartbeatIn(BaseModel):
 async def heartbeat(
     worker_id: str, state: State, caller: Caller, body: HeartbeatIn | None = None
 ) -> dict[str, Any]:
-    """With ``running`` (the ids the daemon runs), only those leases are extended, and
-    what the worker holds without running it (claimed over a lease ago) goes back to its
-    queue; without it, every lease the worker holds is extended. With
+    """With ``running`` (the ids the daemon has begun) and ``prefetched`` (those it holds
+    waiting for a free slot), only those leases are extended, the ``running`` ones are
+    recorded as begun, and what the worker holds without listing it (claimed over a
+    lease ago) goes back to its queue; without ``running``, every lease the worker holds
+    is extended (and counts as begun). Should the worker die without a word, only the
+    begun ones are charged an attempt when their leases run out. With
     ``capabilities.current_invocations`` the worker's report of what it runs is updated
     (``null`` withdraws it), as at hello: the controller reads it for scale-down."""
     reported = body.capabilities if body is not None else None
@@ -148,7 +152,39 @@ async def heartbeat(
         state.clock(),
         lease_s=state.settings.lease_s,
         running=None if body is None else body.running,
+        prefetched=None if body is None else body.prefetched,
         current_invocations=current,
+    )
+
+
+class CrashedIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    started: Ids = Field(default_factory=list)
+    session: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+
+
+@router.post("/{worker_id}/crashed", summary="A daemon died: charge what it began, return the rest")
+async def crashed(
+    worker_id: str, state: State, caller: Caller, body: CrashedIn | None = None
+) -> dict[str, Any]:
+    """Sent by a daemon's sentinel when the daemon dies (``kill -9`` included), with the
+    daemon's token. The invocations the worker holds that had begun (``started``, and
+    those its heartbeats listed as running) are charged their attempt — back to pending
+    after their backoff, or ``failed`` (``WorkerCrashed``) once their attempts are
+    spent — and the rest return to their queues at once, their attempt uncounted. The
+    worker row then goes, as after a bye, unless ``session`` is not the one its last
+    hello named (a successor with the same id said hello since; it keeps its row and its
+    leases) → ``{retried, failed, released, gone}``."""
+    wanted = body or CrashedIn()
+    return await worker_service.crashed(
+        state.store,
+        state.notifier,
+        caller,
+        worker_id,
+        started=wanted.started,
+        session=wanted.session,
+        now=state.clock(),
+        metrics=state.metrics,
     )
 
 
