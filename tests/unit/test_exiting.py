@@ -4,6 +4,7 @@ its output flushed and its exit code kept."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +27,16 @@ main.main()
 
 def run_script(home: Path, skip: bool, *args: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-c", SCRIPT, "skip" if skip else "keep", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**env, "LAKESHORE_URL": "http://127.0.0.1:1"},  # nothing listens there
-    )
+    # a port of the test's own, bound and never listening: a connection there is refused
+    with socket.socket() as nobody:
+        nobody.bind(("127.0.0.1", 0))
+        return subprocess.run(
+            [sys.executable, "-c", SCRIPT, "skip" if skip else "keep", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, "LAKESHORE_URL": f"http://127.0.0.1:{nobody.getsockname()[1]}"},
+        )
 
 
 def test_a_command_that_asks_ends_without_the_teardown_its_output_written(

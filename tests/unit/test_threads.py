@@ -35,8 +35,12 @@ def run(
     return threads.run(f"tests.udfs_threads:{fn}", list(args), {}, timeout_s, on_item)()
 
 
-def test_invocations_run_in_the_daemons_process_and_share_its_state(threads: Threads) -> None:
-    first, second = run(threads, "remember", "share", 1), run(threads, "remember", "share", 2)
+def test_invocations_run_in_the_daemons_process_and_share_its_state(
+    threads: Threads, tmp_path: Path
+) -> None:
+    # a key of this run's own: `make mutate` runs the unit tests twice in one process
+    key = str(tmp_path)
+    first, second = run(threads, "remember", key, 1), run(threads, "remember", key, 2)
     assert first.result["pid"] == os.getpid() == second.result["pid"]
     assert second.result["seen"] == [1, 2]
     assert first.result["thread"] != threading.get_ident()  # not the caller's thread
