@@ -152,3 +152,23 @@ def fails_until(path: str) -> str:
 def loaded(names: list[str]) -> dict[str, bool]:
     """Which of these modules the process running it has imported."""
     return {name: name in sys.modules for name in names}
+
+
+# --- numbers past 64 bits: each must arrive and come back as the same integer ----------
+
+
+@udf(queue="numbers", max_attempts=1)
+def successor(x: int) -> int:
+    """``x + 1``, refusing anything but an integer (a float here means it changed on the way)."""
+    if type(x) is not int:
+        raise TypeError(f"expected an int, got {type(x).__name__} {x!r}")
+    return x + 1
+
+
+@udf(queue="numbers", max_attempts=1)
+def count_from(start: int, n: int) -> Iterator[int]:
+    """Yield ``start`` … ``start + n - 1``; the result is the next one."""
+    if type(start) is not int:
+        raise TypeError(f"expected an int, got {type(start).__name__} {start!r}")
+    yield from range(start, start + n)
+    return start + n

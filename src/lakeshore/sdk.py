@@ -21,7 +21,6 @@ from __future__ import annotations
 import builtins
 import functools
 import http.client
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,9 +28,9 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from urllib.parse import quote, urlencode
 
 import httpx
-import orjson
 from httpx_sse import SSEError, connect_sse
 
+from lakeshore import jsontext
 from lakeshore.connections import Connections
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
 
@@ -123,7 +122,8 @@ class Client:
             path = f"{path}?{urlencode(params, doseq=True)}"
         headers, body = self._auth, None
         if json is not None:
-            headers, body = {**headers, "Content-Type": "application/json"}, orjson.dumps(json)
+            body = jsontext.encoded(json)  # an integer past 64 bits is written as one
+            headers = {**headers, "Content-Type": "application/json"}
         try:
             status, data = self._pool.request(method, path, body, headers)
         except (OSError, http.client.HTTPException, UnicodeError) as exc:
@@ -131,7 +131,7 @@ class Client:
             raise ConnectionError(f"cannot reach the server at {self.url}: {reason}") from None
         if not 200 <= status < 300:
             _raise(status, data)
-        return orjson.loads(data)
+        return jsontext.parsed(data)  # an integer past 64 bits is read as one
 
     def submit(
         self,
@@ -211,9 +211,9 @@ class Client:
                         if event.event == "item":
                             after = int(event.id)
                             failures = 0
-                            yield "item", json.loads(event.data)
+                            yield "item", jsontext.parsed(event.data.encode())
                         elif event.event == "end":
-                            yield "end", json.loads(event.data)
+                            yield "end", jsontext.parsed(event.data.encode())
                             return
             except (httpx.TransportError, SSEError):
                 failures += 1
@@ -290,7 +290,7 @@ def _submit_body(
 def _raise(status: int, data: bytes) -> None:
     """The server's refusal as :class:`LakeshoreClientError`."""
     try:
-        error = orjson.loads(data)["error"]
+        error = jsontext.parsed(data)["error"]
         code, message = error["code"], error["message"]
     except (ValueError, KeyError, TypeError):
         code, message = "http_error", data[:200].decode("utf-8", "replace")

@@ -22,11 +22,11 @@ import logging
 import time
 from typing import Any
 
-import orjson
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from lakeshore import jsontext
 from lakeshore.api.answers import json_body
 from lakeshore.api.errors import error_response, store_down
 from lakeshore.api.inputs import refusal
@@ -182,11 +182,13 @@ class FastSubmit:
         """The status answered, or ``None``: nothing written or sent, the framework
         answers."""
         try:
-            content = orjson.loads(body)
+            # read as the route reads it (an integer past 64 bits stays one); what it
+            # cannot read (not JSON, too many digits, too deep) the route refuses
+            content = jsontext.parsed(body)
             caller = await state.callers.authenticate(token)
             caller.require_scope(PATH)
             ns = await ns_service.resolve(state.store, caller, ns_name, state.namespaces)
-        except (orjson.JSONDecodeError, LakeshoreError, OperationalError, InterfaceError):
+        except (ValueError, RecursionError, LakeshoreError, OperationalError, InterfaceError):
             return None  # nothing written: the route answers, with its words
         if type(content) is not dict:
             return None

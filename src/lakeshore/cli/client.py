@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import json as jsonlib
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 from httpx_sse import SSEError, connect_sse
+
+from lakeshore import jsontext
+
+_JSON = {"Content-Type": "application/json"}
 
 
 class CliError(Exception):
@@ -43,7 +46,11 @@ class ApiClient:
         params: dict[str, Any] | None = None,
     ) -> Any:
         try:
-            response = self._http.request(method, path, json=json, params=params)
+            # written as the SDK writes it: a NaN reaches the server, refused by name
+            content, headers = (None, None) if json is None else (jsontext.encoded(json), _JSON)
+            response = self._http.request(
+                method, path, content=content, headers=headers, params=params
+            )
         except httpx.ConnectError as exc:
             raise CliError(
                 f"cannot reach the Lakeshore server at {self.server} ({exc}); "
@@ -55,7 +62,8 @@ class ApiClient:
             # the message of a protocol error can quote headers, the token among them
             raise CliError(f"request to {self.server} failed ({type(exc).__name__})") from exc
         if response.is_success:
-            return response.json() if response.content else None
+            # read as the server reads (an integer past 64 bits stays one)
+            return jsontext.parsed(response.content) if response.content else None
         raise CliError(_refusal(response), status=response.status_code)
 
     def every_page(self, path: str, key: str, *, params: dict[str, Any] | None = None) -> list[Any]:
@@ -82,7 +90,7 @@ class ApiClient:
                     source.response.read()
                     raise CliError(_refusal(source.response), status=source.response.status_code)
                 for event in source.iter_sse():
-                    yield event.event, event.id, jsonlib.loads(event.data)
+                    yield event.event, event.id, jsontext.parsed(event.data.encode())
         except httpx.ConnectError as exc:
             raise CliError(
                 f"cannot reach the Lakeshore server at {self.server} ({exc}); "
@@ -97,7 +105,7 @@ class ApiClient:
 
 def _refusal(response: httpx.Response) -> str:
     try:
-        error = response.json()["error"]
+        error = jsontext.parsed(response.content)["error"]
         message = str(error["message"])
     except (ValueError, KeyError, TypeError):
         return f"server answered {response.status_code}: {response.text[:200]}"

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import importlib.machinery
 import importlib.util
-import json
 import queue
 import threading
 import time
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lakeshore import jsontext
 from lakeshore.daemon.pool import Pool, Ticket
 
 GIVE_WAY_S = 5.0  # how long an async invocation has to end once cancelled or timed out
@@ -45,7 +45,7 @@ class Outcome:
     @property
     def result(self) -> Any:
         """The result's value (the daemon itself passes :attr:`text` on, undecoded)."""
-        return json.loads(self.text)
+        return jsontext.parsed(self.text.encode())
 
 
 def check_preload(module: str) -> None:
@@ -197,7 +197,7 @@ class _Waiter:
         kind = message[0]
         if kind == "item":
             if self.run.on_item is not None:
-                self.run.on_item(json.loads(message[2]))
+                self.run.on_item(jsontext.parsed(message[2].encode()))
         elif kind in ("begin", "pause", "resume"):
             self._clock(kind)
         elif kind == "kill":

@@ -17,9 +17,12 @@ from typing import Any
 
 import httpx
 
+from lakeshore import jsontext
+
 log = logging.getLogger("lakeshore.daemon")
 
 MAX_ITEMS_PER_POST = 500
+_JSON = {"Content-Type": "application/json"}
 _END = object()
 
 
@@ -87,10 +90,10 @@ class ItemSender:
                     return
 
     async def _post(self, items: list[Any]) -> None:
-        body = {"seq": self.sent, "items": items}
+        encoded = jsontext.encoded({"seq": self.sent, "items": items})  # big ints kept
         for attempt in range(30):
             try:
-                response = await self.http.post(self.path, json=body)
+                response = await self.http.post(self.path, content=encoded, headers=_JSON)
             except httpx.TransportError as exc:
                 log.warning("stream post failed (%s); retrying", exc)
                 await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
@@ -108,5 +111,5 @@ class ItemSender:
 
 def _message(response: httpx.Response) -> str:
     with contextlib.suppress(ValueError, KeyError, TypeError):
-        return str(response.json()["error"]["message"])
+        return str(jsontext.parsed(response.content)["error"]["message"])
     return f"{response.status_code}: {response.text[:200]}"

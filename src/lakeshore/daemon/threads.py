@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import json
 import logging
 import queue
 import threading
@@ -29,6 +28,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from lakeshore import jsontext
 from lakeshore.daemon import calls
 from lakeshore.daemon.runner import GIVE_WAY_S, Outcome, outcome_of, stopped, timed_out
 
@@ -142,7 +142,7 @@ class ThreadRun:
         if self._ended:
             raise Stopped
         if self._on_item is not None:
-            self._on_item(json.loads(text))
+            self._on_item(jsontext.parsed(text.encode()))
 
     def _next(self, within_s: float | None) -> Event | None:
         try:

@@ -9,11 +9,38 @@ from sqlalchemy import JSON, DateTime
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-# PostgreSQL's ``json`` (not ``jsonb``): it keeps the text it was given, so what users
-# write — invocation arguments, results, free-form queue fields — reads back exactly
-# (``jsonb`` turns 1e+23 into the integer 100000000000000000000000). Nothing queries
-# inside these documents; values the controller filters on have columns of their own.
-Json = JSON()
+
+class _ExactJson(TypeDecorator[Any]):
+    """JSON that reads back as it was written, on both stores.
+
+    PostgreSQL's ``json`` (not ``jsonb``) keeps the text it was given (``jsonb`` turns
+    1e+23 into the integer 100000000000000000000000). SQLite gives a column declared
+    ``JSON`` numeric affinity: JSON text that is a bare number (a result or a stream
+    item, never args or kwargs) would be stored as a number, 2**64 + 1 as the float
+    1.8446744073709552e+19 and 1.0 as the integer 1; such text is bound as bytes, which
+    SQLite keeps as they are (a BLOB) and the JSON type reads back as JSON. Nothing
+    queries inside these documents; values the controller filters on have columns of
+    their own."""
+
+    impl = JSON
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        inner = self.impl_instance.bind_processor(dialect)  # the JSON text, written
+        if dialect.name != "sqlite" or inner is None:
+            return inner
+
+        def process(value: Any) -> Any:
+            text = inner(value)
+            if isinstance(text, str) and text[:1] in _NUMBER_STARTS:
+                return text.encode()
+            return text
+
+        return process
+
+
+_NUMBER_STARTS = frozenset("-0123456789")
+Json = _ExactJson()
 
 
 class UTCDateTime(TypeDecorator[datetime]):
