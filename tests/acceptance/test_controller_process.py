@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -245,13 +246,15 @@ def tick_status(url: str, token: str) -> int:
         return http.post(TICK).status_code
 
 
-def newest_event(url: str, token: str, queue: str) -> tuple[int, int]:
-    """The id of a queue's newest decision row and the ticks folded into it."""
+def newest_event(url: str, token: str, queue: str) -> tuple[datetime, int]:
+    """When a queue's newest decision row was first written, and the ticks folded into it."""
     with connect(url, token) as http:
         response = http.get(f"{NS}/queues/{queue}/events", params={"verbose": "true", "limit": 1})
         assert response.status_code == 200, response.text
         events = response.json()["events"]
-        return (int(events[0]["id"]), int(events[0]["repeats"])) if events else (0, 0)
+        if not events:
+            return datetime.min.replace(tzinfo=UTC), 0
+        return datetime.fromisoformat(events[0]["createdAt"]), int(events[0]["repeats"])
 
 
 def test_a_surviving_replica_takes_over_the_controller(pg_server: str, tmp_path: Path) -> None:
@@ -278,15 +281,20 @@ def test_a_surviving_replica_takes_over_the_controller(pg_server: str, tmp_path:
                 codes = wait_for(one_leader, 20, "exactly one leader", every_s=0.25)
                 [leader] = [url for url, code in codes.items() if code == 200]
                 [survivor] = [url for url in urls if url != leader]
+                # taken before the kill: the survivor may lead, tick and write its first
+                # row before anything read after the kill comes back, and its next
+                # identical no-ops fold into that row, which is then never "newer"
+                killed_at = datetime.now(UTC)
                 urls[leader].send_signal(signal.SIGKILL)
                 urls[leader].wait(timeout=10)
-                last, _ = newest_event(survivor, a.admin_token, "watched")
 
                 def survivor_ticked_twice() -> bool:
                     # the survivor's first tick writes a row of its own (it has folded
-                    # nothing yet); its next identical no-op folds into that row
-                    newest, repeats = newest_event(survivor, a.admin_token, "watched")
-                    return newest > last and repeats >= 2
+                    # nothing yet); its next identical no-op folds into that row. A row
+                    # first written after the kill began is the survivor's: the leader
+                    # could not have written a second tick into it before it died
+                    first_at, repeats = newest_event(survivor, a.admin_token, "watched")
+                    return first_at > killed_at and repeats >= 2
 
                 wait_for(
                     survivor_ticked_twice, 30, "the survivor's loop to tick by itself", every_s=0.1

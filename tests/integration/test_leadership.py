@@ -8,7 +8,7 @@ import pytest
 
 from lakeshore.services.controller import Controller
 from lakeshore.store.engine import Store, parse_url
-from lakeshore.store.leadership import AdvisoryLock, Led, Replicas
+from lakeshore.store.leadership import DEAD_PEER_S, AdvisoryLock, Led, Replicas
 from tests.conftest import FakeClock, _truncate
 from tests.integration.test_controller import TICK, elastic, queue
 
@@ -63,3 +63,24 @@ async def test_a_tick_by_hand_with_the_loop_off_lets_go_of_leadership(
         assert "another server runs the elasticity controller" in refused.text
     finally:
         await other.release()
+
+
+async def test_the_lock_connection_drops_a_silent_peer_within_seconds(database_url: str) -> None:
+    """A leader whose machine vanishes sends no goodbye: the database must drop its
+    session (and the lock) in seconds, not after the kernel's two-hour keep-alive."""
+    lock = AdvisoryLock(parse_url(database_url))
+    try:
+        assert await lock.try_lead()
+        assert lock._conn is not None
+        cursor = await lock._conn.execute(
+            "SELECT current_setting('tcp_keepalives_idle'),"
+            " current_setting('tcp_keepalives_interval'),"
+            " current_setting('tcp_keepalives_count'), current_setting('tcp_user_timeout')"
+        )
+        idle, interval, count, user_timeout = await cursor.fetchone() or ()
+        # over TCP (as the tests connect) the session's own values, not the defaults
+        assert (idle, interval, count) == ("5", "2", "5")
+        assert user_timeout in {"15s", "15000ms", "15000"}
+        assert int(idle) + int(interval) * int(count) <= DEAD_PEER_S
+    finally:
+        await lock.release()

@@ -7,6 +7,13 @@ server started with that node id, whether it leads or not, under a second adviso
 keyed by the node id (so two servers given the same node id never both tick them). A
 lock lives as long as its connection, so a server that dies (or loses its connection)
 frees it at once, and another takes over on its next attempt, within one interval.
+
+A server whose machine vanishes (power, network) sends no goodbye: its connection, and
+the lock, would outlive it until the kernel's keep-alive gave up (two hours by default).
+The lock's connection therefore asks the database to probe its peer every few seconds
+and to drop it once unanswered for :data:`DEAD_PEER_S` (``tcp_keepalives_*`` and
+``tcp_user_timeout``, per session), and probes the database the same way from its side,
+so that both ends learn of a dead peer in seconds.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy.engine import URL
 
 from lakeshore.store.driver import conninfo
@@ -26,6 +34,15 @@ from lakeshore.store.driver import conninfo
 log = logging.getLogger("lakeshore.leadership")
 
 LOCK_KEY: Final = 0x1A4E5_0002  # pg_advisory_lock key of the controller
+DEAD_PEER_S: Final = 15  # a silent peer of the lock's connection is dropped after this
+
+# keep-alive probes after 5 s idle, every 2 s, 5 unanswered: the peer is dead by ~15 s
+_KEEPALIVE: Final = {"idle": 5, "interval": 2, "count": 5}
+_SERVER_SIDE: Final = " ".join(
+    [f"-c tcp_keepalives_{name}={value}" for name, value in _KEEPALIVE.items()]
+    + [f"-c tcp_user_timeout={DEAD_PEER_S * 1000}"]
+)
+_CLIENT_SIDE: Final = {"keepalives": 1, **{f"keepalives_{k}": v for k, v in _KEEPALIVE.items()}}
 
 
 def node_lock_key(node_id: str) -> int:
@@ -106,7 +123,14 @@ class AdvisoryLock:
     def __init__(self, url: URL, key: int = LOCK_KEY, what: str = "the unpinned queues") -> None:
         self.key = key
         self.what = what
-        self._conninfo = conninfo(url)
+        given = conninfo(url)
+        options = conninfo_to_dict(given).get("options")  # the operator's own, kept
+        self._conninfo = make_conninfo(
+            given,
+            options=f"{options} {_SERVER_SIDE}" if options else _SERVER_SIDE,
+            tcp_user_timeout=DEAD_PEER_S * 1000,
+            **_CLIENT_SIDE,
+        )
         self._conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self._lock = asyncio.Lock()
 
@@ -145,12 +169,15 @@ class AdvisoryLock:
         self._conn = conn
         return True
 
-    async def _drop(self) -> None:
+    async def _drop(self, *, unlock: bool = False) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error, OSError):
+                if unlock:  # before the close, whose backend frees the lock only as it exits
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
                 await conn.close()
 
     async def release(self) -> None:
+        """Let go of the lock, at once: the next replica to try takes it."""
         async with self._lock:
-            await self._drop()
+            await self._drop(unlock=True)
