@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -97,6 +97,15 @@ class _ServerFile(TomlConfigSettingsSource):
             super().__init__(settings_cls, toml_file=chosen.path)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigFileError(f"{chosen.path}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:  # binary, UTF-16, Latin-1 ...: TOML is UTF-8
+            raise ConfigFileError(
+                f"{chosen.path}: not a TOML file: byte {exc.start} is not UTF-8 "
+                "(TOML files are UTF-8 text)"
+            ) from None
+        except RecursionError:  # tomllib parses nested arrays and tables by recursion
+            raise ConfigFileError(
+                f"{chosen.path}: not valid TOML: arrays or tables nested too deeply to read"
+            ) from None
         except OSError as exc:
             raise ConfigFileError(f"{chosen.path}: cannot read it: {exc.strerror}") from None
         known = list(settings_cls.model_fields)
@@ -121,11 +130,19 @@ class _SpecNames(PydanticBaseSettingsSource):
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 
+# The floors of the loops' periods: a period of a nanosecond is accepted by a float, and
+# an idle server then spins its core on sweeps and ticks. A tenth of a second is ten
+# sweeps (or ticks) a second, each a statement or two; a lease of a second is a heartbeat
+# every third of one.
+MIN_INTERVAL_S = 0.1
+MIN_LEASE_S = 1.0
+
 
 class Settings(BaseSettings):
     """The server's settings; docs/configuration.md says what each one does."""
 
-    model_config = SettingsConfigDict(extra="forbid", env_prefix=ENV_PREFIX)
+    # no inf or nan: a period of inf or nan breaks the loop that sleeps it
+    model_config = SettingsConfigDict(extra="forbid", env_prefix=ENV_PREFIX, allow_inf_nan=False)
 
     host: str = Field(default=DEFAULT_HOST, min_length=1)
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
@@ -139,11 +156,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1 << 20, gt=0)
     max_payload_bytes: int = Field(default=256 << 10, gt=0)
     max_result_bytes: int = Field(default=512 << 10, gt=0)
-    lease_s: float = Field(default=30.0, gt=0, le=3600)
-    reaper_interval_s: float = Field(default=1.0, ge=0)
-    claim_recheck_s: float = Field(default=5.0, gt=0)
+    lease_s: float = Field(default=30.0, ge=MIN_LEASE_S, le=3600)
+    reaper_interval_s: float = Field(default=1.0, ge=0)  # 0, or at least MIN_INTERVAL_S
+    claim_recheck_s: float = Field(default=5.0, ge=MIN_INTERVAL_S)
     elasticity_enabled: bool = True
-    elasticity_interval_s: float = Field(default=5.0, gt=0)
+    elasticity_interval_s: float = Field(default=5.0, ge=MIN_INTERVAL_S)
     elasticity_call_timeout_s: float = Field(default=10.0, gt=0, le=600)
     elasticity_noop_retention_s: float = Field(default=86_400.0, gt=0)
     allowed_scalers: str = ""
@@ -176,6 +193,17 @@ class Settings(BaseSettings):
     @classmethod
     def _lower_case(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("reaper_interval_s", mode="wrap")
+    @classmethod
+    def _never_or_a_floor(cls, value: object, handler: ValidatorFunctionWrapHandler) -> float:
+        """``0`` turns the reaper off; any other period has the loops' floor."""
+        period: float = handler(value)
+        if 0 < period < MIN_INTERVAL_S:
+            raise ValueError(
+                f"expected 0 (never) or a number at least {MIN_INTERVAL_S}, got {value!r}"
+            )
+        return period
 
     @field_validator("admin_token")
     @classmethod

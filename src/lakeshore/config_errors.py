@@ -1,7 +1,7 @@
 """A refused setting as one line a user can act on: the name it was given under (the flag,
 the variable as written, or the file's key) and what the setting takes.
 
-``ELASTICITY_INTERVAL_S: expected a number greater than 0, got 'abc'``. A setting that
+``ELASTICITY_INTERVAL_S: expected a number at least 0.1, got 'abc'``. A setting that
 may hold a secret (the admin token, a database URL's password) is never echoed.
 """
 

@@ -118,7 +118,7 @@ def test_a_bad_value_in_the_environment_is_one_line_and_exit_code_2(
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.splitlines() == [
-        "lakeshore: ELASTICITY_INTERVAL_S: expected a number greater than 0, got 'abc'"
+        "lakeshore: ELASTICITY_INTERVAL_S: expected a number at least 0.1, got 'abc'"
     ]
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / "data").exists()  # refused before touching anything
@@ -131,7 +131,7 @@ def test_a_bad_value_in_the_file_is_one_line_naming_the_file_and_key(tmp_path: P
 
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.splitlines() == [
-        f"lakeshore: {config}: lease_s: expected a number greater than 0 and at most 3600, got -1"
+        f"lakeshore: {config}: lease_s: expected a number at least 1 and at most 3600, got -1"
     ]
     assert "Traceback" not in done.stderr
 
@@ -150,3 +150,53 @@ def test_an_unknown_key_or_a_missing_file_is_refused_with_exit_code_2(tmp_path: 
     assert missing.stderr.splitlines() == [
         f"lakeshore: LAKESHORE_CONFIG: no such file: {tmp_path / 'nowhere.toml'}"
     ]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            bytes(range(256)) * 4,
+            "not a TOML file: byte 128 is not UTF-8 (TOML files are UTF-8 text)",
+        ),
+        (
+            "port = 8270\nlease_s = 3\n".encode("utf-16"),
+            "not a TOML file: byte 0 is not UTF-8 (TOML files are UTF-8 text)",
+        ),
+        (
+            b"x = " + b"[" * 500 + b"]" * 500,
+            "not valid TOML: arrays or tables nested too deeply to read",
+        ),
+    ],
+    ids=["binary", "utf-16", "500-deep"],
+)
+@pytest.mark.parametrize("command", ["server", "up"])
+def test_a_config_file_that_is_not_utf8_toml_is_one_line_and_exit_code_2(
+    tmp_path: Path, command: str, content: bytes, problem: str
+) -> None:
+    config = tmp_path / "lakeshore-server.toml"
+    config.write_bytes(content)
+
+    done = refused(tmp_path, command, "--config", str(config), "--data-dir", str(tmp_path / "d"))
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [f"lakeshore: {config}: {problem}"]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("variable", "problem"),
+    [
+        ("LAKESHORE_REAPER_INTERVAL_S", "expected 0 (never) or a number at least 0.1, got '1e-9'"),
+        ("ELASTICITY_INTERVAL_S", "expected a number at least 0.1, got '1e-9'"),
+        ("LAKESHORE_LEASE_S", "expected a number at least 1 and at most 3600, got '1e-9'"),
+    ],
+)
+def test_a_period_of_a_nanosecond_is_refused_at_start(
+    tmp_path: Path, variable: str, problem: str
+) -> None:
+    done = refused(tmp_path, "server", "--data-dir", str(tmp_path / "d"), **{variable: "1e-9"})
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [f"lakeshore: {variable}: {problem}"]

@@ -186,12 +186,75 @@ def test_a_file_that_is_not_toml_is_refused_saying_where(tmp_path: Path) -> None
         Settings.load(path)
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (bytes(range(256)), "not a TOML file: byte 128 is not UTF-8 (TOML files are UTF-8 text)"),
+        ("lease_s = 3\n".encode("utf-16"), "not a TOML file: byte 0 is not UTF-8"),
+        (b"x = " + b"[" * 500 + b"]" * 500, "not valid TOML: arrays or tables nested too deeply"),
+        (b"x = " + b"{a = " * 500 + b"1" + b"}" * 500, "not valid TOML: arrays or tables"),
+    ],
+    ids=["binary", "utf-16", "deep-arrays", "deep-inline-tables"],
+)
+def test_a_file_that_is_not_utf8_or_nests_too_deeply_is_refused_in_one_line(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "lakeshore-server.toml"
+    path.write_bytes(content)
+
+    with pytest.raises(ConfigFileError) as caught:
+        Settings.load(path)
+
+    assert str(caught.value).startswith(f"{path}: {problem}")
+    assert "\n" not in str(caught.value)
+
+
 def test_a_bad_value_in_the_environment_is_one_line_naming_the_variable_as_written(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ELASTICITY_INTERVAL_S", "abc")
 
-    assert refused() == ["ELASTICITY_INTERVAL_S: expected a number greater than 0, got 'abc'"]
+    assert refused() == ["ELASTICITY_INTERVAL_S: expected a number at least 0.1, got 'abc'"]
+
+
+@pytest.mark.parametrize(
+    ("name", "line"),
+    [
+        ("LAKESHORE_LEASE_S", "expected a number at least 1 and at most 3600, got '1e-9'"),
+        ("ELASTICITY_INTERVAL_S", "expected a number at least 0.1, got '1e-9'"),
+        ("LAKESHORE_CLAIM_RECHECK_S", "expected a number at least 0.1, got '1e-9'"),
+        (
+            "LAKESHORE_REAPER_INTERVAL_S",
+            "expected 0 (never) or a number at least 0.1, got '1e-9'",
+        ),
+    ],
+)
+def test_a_period_below_its_floor_is_refused_saying_the_floor(
+    monkeypatch: pytest.MonkeyPatch, name: str, line: str
+) -> None:
+    monkeypatch.setenv(name, "1e-9")
+
+    assert refused() == [f"{name}: {line}"]
+
+
+def test_the_floors_themselves_and_a_reaper_of_0_are_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LAKESHORE_REAPER_INTERVAL_S", "0")
+    settings = Settings(lease_s=1, elasticity_interval_s=0.1, claim_recheck_s=0.1)
+    assert (settings.reaper_interval_s, settings.lease_s) == (0, 1)
+
+    monkeypatch.setenv("LAKESHORE_REAPER_INTERVAL_S", "0.1")
+    assert Settings().reaper_interval_s == 0.1
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_no_number_takes_inf_or_nan(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("LAKESHORE_ELASTICITY_NOOP_RETENTION_S", value)
+
+    assert refused() == [
+        f"LAKESHORE_ELASTICITY_NOOP_RETENTION_S: expected a number greater than 0, got {value!r}"
+    ]
 
 
 def test_a_bad_value_in_a_lower_case_variable_names_it_in_lower_case(
@@ -207,7 +270,7 @@ def test_a_bad_value_in_the_file_is_one_line_naming_the_file_and_its_key(tmp_pat
 
     assert refused(path) == [
         f"{path}: log_format: expected one of text, json, got 'xml'",
-        f"{path}: lease_s: expected a number greater than 0 and at most 3600, got 7200",
+        f"{path}: lease_s: expected a number at least 1 and at most 3600, got 7200",
     ]
 
 
