@@ -9,6 +9,11 @@ waited for; while its work runs, it claims only as each outcome is reported). Ou
 go out in batches that also claim the freed slots again (:mod:`.reporter`); a report that
 fails is retried until it is delivered or the lease is known to be lost, so a finished
 invocation is reported once.
+
+What a crash costs: the daemon tells its :mod:`.sentinel` each invocation as it begins
+(before it runs) and ends, and its heartbeats list what runs apart from what is
+prefetched. Should the daemon die, the sentinel reports what had begun: only that is
+charged an attempt, and the rest goes back to the queue at once.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import signal
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -79,6 +85,7 @@ class Daemon:
     sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
     slots: asyncio.Semaphore = field(init=False)  # --capacity: what runs at once
     prefetched: set[str] = field(default_factory=set)  # held, waiting for a slot
+    session: str = field(default_factory=lambda: secrets.token_hex(8))  # this process's hello
     pool: Pool | None = None  # the process runner's children
     threads: Threads | None = None  # the thread runner
     longpoll: LongPoll | None = None  # claims, unless a transport was given
@@ -104,12 +111,16 @@ class Daemon:
         else:
             loop = asyncio.get_running_loop()  # the children are read on the daemon's loop
             self.pool = Pool(self.config.pool, self.sentinel, loop=loop)
+        ended = False
         try:
-            return await self._serve()
+            code = await self._serve()
+            ended = True
+            return code
         finally:
             if self.pool is not None and not self.pool.closed:  # it never said hello
                 await asyncio.to_thread(self.pool.close)
-            self.sentinel.stop()
+            # ended by an error, it handed nothing back: the sentinel reports it as a crash
+            await asyncio.to_thread(self.sentinel.stop, report=not ended)
 
     async def _serve(self) -> int:
         # one thread per slot to wait on its run (the default pool has cores + 4)
@@ -137,6 +148,14 @@ class Daemon:
             self.http = http
             info = await self._hello()
             self.worker_id = info["id"]
+            if self.config.transport is None:  # else no address the sentinel could reach
+                self.sentinel.serve(
+                    server=self.config.server,
+                    token=self.config.token,
+                    worker=self.worker_id,
+                    session=self.session,
+                    lease_s=float(info.get("lease_s") or 30.0),
+                )
             queues = ", ".join(info["queues"])
             log.info(
                 "worker %s serving %s",
@@ -203,6 +222,7 @@ class Daemon:
             "capabilities": {
                 "max_invocations": self.config.capacity,
                 **({"prefetch": self.config.prefetch} if self.config.prefetch else {}),
+                "session": self.session,  # names this process's hello in a crash report
             },
         }
         for key, value in (
@@ -306,7 +326,10 @@ class Daemon:
         return answer
 
     def _start_all(self, invocations: list[dict[str, Any]]) -> None:
+        if invocations:
+            self.sentinel.claimed([i["id"] for i in invocations])
         for invocation in invocations:
+            self.prefetched.add(invocation["id"])  # until it has a slot
             task = asyncio.create_task(self._execute(invocation), name=invocation["id"])
             self.running[invocation["id"]] = task
             task.add_done_callback(self._forget)
@@ -325,6 +348,7 @@ class Daemon:
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self.running.pop(task.get_name(), None)
+        self.prefetched.discard(task.get_name())  # cancelled before it ever ran
 
     async def _post_or_stop(self, path: str, body: dict[str, Any]) -> Reply | None:
         """A request that gives way to a stop signal (the claim long-poll, over
@@ -373,9 +397,14 @@ class Daemon:
             # only what ran when the heartbeat went out can be missing from its answer for
             # a reason: a claim answered meanwhile was leased after the server's look
             sent = list(self.running)
+            # what began apart from what waits for a slot: a lease that runs out is
+            # charged an attempt only if it began
+            waiting = [i for i in sent if i in self.prefetched]
+            begun = [i for i in sent if i not in self.prefetched]
+            body = {"running": begun, "prefetched": waiting}
             try:
                 response = await self.http.post(
-                    f"/v1/workers/{self.worker_id}/heartbeat", json={"running": sent}
+                    f"/v1/workers/{self.worker_id}/heartbeat", json=body
                 )
                 if response.status_code == 410 and not self.stop.is_set():
                     log.info("retired by the control plane; finishing and exiting")
@@ -409,23 +438,29 @@ class Daemon:
         return True
 
     async def _execute(self, invocation: dict[str, Any]) -> None:
-        self.prefetched.add(invocation["id"])
+        invocation_id = invocation["id"]
         try:
             await self.slots.acquire()  # prefetched work waits here (a cancel ends the wait)
         finally:
-            self.prefetched.discard(invocation["id"])
+            self.prefetched.discard(invocation_id)
+        # the sentinel knows before the run begins: a UDF that kills the daemon at once
+        # is charged its attempt (the rest of what the daemon held is not)
+        self.sentinel.begin(invocation_id)
         try:
-            outcome = await self._run(invocation)
+            try:
+                outcome = await self._run(invocation)
+            finally:
+                self.slots.release()  # the run is over: a prefetched invocation starts
+                # now, not once the report's round trip is done
+            # from here on the child is done: a heartbeat that no longer lists it (the
+            # report was recorded before its answer came back) must not cancel the report
+            self.reporting.add(invocation_id)
+            try:
+                await self._deliver(invocation_id, outcome)
+            finally:
+                self.reporting.discard(invocation_id)
         finally:
-            self.slots.release()  # the run is over: a prefetched invocation starts now,
-            # not once the report's round trip is done
-        # from here on the child is done: a heartbeat that no longer lists it (the report
-        # was recorded before its answer came back) must not cancel the report
-        self.reporting.add(invocation["id"])
-        try:
-            await self._deliver(invocation["id"], outcome)
-        finally:
-            self.reporting.discard(invocation["id"])
+            self.sentinel.end(invocation_id)
 
     async def _run(self, invocation: dict[str, Any]) -> runner.Outcome:
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
