@@ -40,6 +40,7 @@ from lakeshore.api.routes import (
     metrics as metrics_routes,
 )
 from lakeshore.api.routes import workers as worker_routes
+from lakeshore.api.single_headers import SingleHeaders
 from lakeshore.api.ui import pages as ui_pages
 from lakeshore.api.ui.session import Sessions
 from lakeshore.config import DEFAULT_URL, Settings
@@ -312,6 +313,7 @@ def create_app(
     )
     app.add_middleware(TextOnly)  # ids and names reach the store as text
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(SingleHeaders)  # one Authorization, one Content-Type
     app.add_middleware(HeadAsGet)  # all the rest see the GET
     app.add_middleware(Measured, metrics=metrics)  # outermost: every answer counted
     routers = (

@@ -6,9 +6,10 @@ dependency solving, the answer) was most of its time on the server. The applicat
 (:class:`lakeshore.api.app.LakeshoreApp`) hands every request to this layer first. It
 makes the checks of the middleware the request would cross (a path, query and read
 headers that are text, as ``TextOnly``; a declared length within the body cap, as
-``BodySizeLimit``), reads the body, and answers the submit itself when its caller,
-namespace and queue are already known to this server and the one-statement submit takes
-it (:func:`lakeshore.services.invocations.submit_one_known`), counting and timing the
+``BodySizeLimit``; one ``Authorization`` and one ``Content-Type``, as ``SingleHeaders``),
+reads the body, and answers the submit itself when its caller, namespace and queue are
+already known to this server and the one-statement submit takes it
+(:func:`lakeshore.services.invocations.submit_one_known`), counting and timing the
 answer as ``Measured`` would. Everything else (a query string, another content type, an
 unknown token, a queue not seen yet, any refusal) goes on to the framework with the body
 it read, untouched, and is answered there (so does a body of undeclared length, before
@@ -31,6 +32,7 @@ from lakeshore.api.answers import json_body
 from lakeshore.api.errors import error_response, store_down
 from lakeshore.api.inputs import refusal
 from lakeshore.api.measured import record
+from lakeshore.api.single_headers import duplicated
 from lakeshore.errors import LakeshoreError, StoreUnavailable
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import namespaces as ns_service
@@ -93,13 +95,15 @@ class FastSubmit:
         token, kind, length = _headers(scope)
         # a chunked body is left to the framework: only there is a body over the cap,
         # seen as it streams, answered 413, as is a declared length over it; a path or
-        # header that is not text is refused there too
+        # header that is not text is refused there too, as is a repeated Authorization
+        # or Content-Type (this door would read the last, the route the first)
         if (
             token is None
             or kind != _JSON
             or length is None
             or length > self.max_body_bytes
             or refusal(scope) is not None
+            or duplicated(scope) is not None
         ):
             await self.app(scope, receive, send)
             return
