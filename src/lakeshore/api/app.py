@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import anyio
@@ -54,16 +54,13 @@ from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
 from lakeshore.services.overview import Overview
-from lakeshore.store import wakeups
+from lakeshore.store import dbclock, wakeups
+from lakeshore.store.dbclock import ServerClock
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 from lakeshore.store.leadership import Leadership, Replicas, Solo
 
 log = logging.getLogger("lakeshore.server")
 LISTENER_START_S = 5.0
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 DEMO_QUEUE = {
@@ -81,17 +78,20 @@ async def _create_demo_queue(store: Store, now: datetime) -> None:
 
 async def _reap_forever(
     store: Store,
-    clock: Clock,
+    clock: ServerClock,
     interval_s: float,
     metrics: Metrics | None = None,
     *,
     working: asyncio.Lock | None = None,
 ) -> None:
     """Return expired leases and drop silent workers, every ``interval_s``; a failed sweep
-    is logged and the next one runs on time. ``working`` is held through each sweep."""
+    is logged and the next one runs on time. ``working`` is held through each sweep. A
+    sweep whose clock cannot be checked against the store's is skipped (logged)."""
     working = working or asyncio.Lock()
     while True:
         await asyncio.sleep(interval_s)
+        if not await clock.check():
+            continue
         try:
             async with working:
                 counts = await reaper.reap(store, clock(), metrics)
@@ -201,11 +201,13 @@ class LakeshoreApp(FastAPI):
 def create_app(
     settings: Settings | None = None,
     *,
-    clock: Clock = utc_now,
+    clock: Clock | None = None,
     demo: bool = False,
     local_fleet: bool = False,
 ) -> FastAPI:
-    """The API application; ``demo`` creates the demo queue at start if it is missing;
+    """The API application; ``clock`` is the time it runs on (by default the wall clock,
+    on PostgreSQL corrected by its offset from the database's: :mod:`.dbclock`);
+    ``demo`` creates the demo queue at start if it is missing;
     ``local_fleet`` (``lakeshore up``) registers the ``local`` provider and stops the
     daemons it launched when the server stops."""
     settings = settings or Settings()
@@ -216,22 +218,23 @@ def create_app(
         url = parse_url(settings.resolved_database_url)
         await anyio.to_thread.run_sync(prepare, url)
         store = Store(create_engine_for(url))
+        server_clock = await dbclock.for_server(store, clock)
         token, token_path = auth.load_or_create_admin_token(
             settings.admin_token, settings.admin_token_path
         )
-        await ns_service.ensure(store, ns_service.DEFAULT_NAMESPACE, clock())
+        await ns_service.ensure(store, ns_service.DEFAULT_NAMESPACE, server_clock())
         if local_fleet:
             files.private_dir(settings.data_dir)  # daemon logs go there: UDF output
             await local_fleet_service.ensure_provider(
-                store, settings.data_dir / "daemons", clock(), code_dir=Path.cwd()
+                store, settings.data_dir / "daemons", server_clock(), code_dir=Path.cwd()
             )
         if demo:
-            await _create_demo_queue(store, clock())
+            await _create_demo_queue(store, server_clock())
         notifier = Notifier()
-        overview = Overview(store, clock)
+        overview = Overview(store, server_clock)
         controller = Controller(
             store,
-            clock=clock,
+            clock=server_clock,
             server_url=settings.public_url or DEFAULT_URL,
             node_id=settings.node_id,
             call_timeout_s=settings.elasticity_call_timeout_s,
@@ -248,7 +251,7 @@ def create_app(
             store=store,
             admin_token=token,
             admin_token_path=token_path,
-            clock=clock,
+            clock=server_clock,
             notifier=notifier,
             limiter=RateLimiter(),
             controller=controller,
@@ -270,7 +273,7 @@ def create_app(
         if settings.reaper_interval_s > 0:
             sweeping = asyncio.Lock()
             reaping = _reap_forever(
-                store, clock, settings.reaper_interval_s, metrics, working=sweeping
+                store, server_clock, settings.reaper_interval_s, metrics, working=sweeping
             )
             tasks.append((asyncio.create_task(reaping, name="lakeshore-reaper"), sweeping))
         if settings.elasticity_enabled:
@@ -279,7 +282,7 @@ def create_app(
                 controller, leadership, settings.elasticity_interval_s, working=ticking
             )
             tasks.append((asyncio.create_task(controlling, name="lakeshore-controller"), ticking))
-        fleet = _LocalFleet(store, clock, tasks) if local_fleet else None
+        fleet = _LocalFleet(store, server_clock, tasks) if local_fleet else None
         if fleet is not None:
             app.state.lakeshore.before_stop = fleet.stop
         try:
