@@ -12,6 +12,13 @@ replica), a killed replica ``--replica-restart-s`` later on its own port, as a
 supervisor would. No kill comes once everything is submitted and fewer than
 ``--backlog`` invocations are unfinished, so each kill's recovery can be seen.
 
+``--prefetch N`` gives each daemon ``--prefetch N`` (work claimed ahead of a free slot,
+held under lease: what a crash must not charge). ``--poison-pills N`` spreads N
+invocations of ``bench.chaos_pill:kill_daemon`` over the work, each with
+``--pill-attempts`` attempts: each run kills the daemon running it with SIGKILL, and the
+daemon is started again ``--daemon-restart-s`` later, as after a kill. A pill must end
+``failed`` once its attempts are spent, and the rest must not pay for it.
+
 What the store accepted is read from the database itself: before any work is submitted
 a trigger is put on the ``invocations`` table that logs every change of an
 invocation's state, and every write of its ``finished_at`` (each recorded outcome sets
@@ -27,6 +34,11 @@ it), to a table of the bench's own. It prints:
 - **ran twice**: invocations whose body started more than once (the ledger), and how
   many of them were held, at a kill, by the killed daemon or by a daemon of the killed
   replica (at-least-once: expected only for those);
+- **attempts charged beyond the runs**: for each invocation, the attempts the store
+  counted beyond the runs of its body that started (the ledger), summed: an attempt
+  charged to work that never began;
+- the poison pills: how many ended ``failed`` with all their attempts spent, and how many
+  daemons they took down;
 - the recovery time of each kill (see ``Kill`` for the definitions).
 
 Usage (from the repository root)::
@@ -77,6 +89,7 @@ NS = "/v1/namespaces/default"
 QUEUE = "chaos"
 UDF_MODULE = "bench.chaos_udf"
 UDF = f"{UDF_MODULE}:record_run"
+PILL = "bench.chaos_pill:kill_daemon"
 CAPACITY = 4
 BATCH = 200
 STARTUP_TIMEOUT_S = 60.0
@@ -227,6 +240,8 @@ class Cluster:
         env = clean_env(LAKESHORE_URL=self.url(replica), LAKESHORE_TOKEN=self.token)
         args = [str(LAKESHORE), "daemon", "run", "--queue", QUEUE, "--capacity", str(CAPACITY)]
         args += ["--id", worker_id, "--preload", UDF_MODULE]
+        if self.opts.prefetch:
+            args += ["--prefetch", str(self.opts.prefetch)]
         log = self.workdir / f"daemon-d{slot + 1}.log"
         popen = _spawn(args, log, env)
         proc = Proc("daemon", slot, generation, popen, log, replica=replica, worker_id=worker_id)
@@ -352,6 +367,9 @@ class Producer(threading.Thread):
         self.urls, self.token, self.ledger, self.opts = urls, token, ledger, opts
         self.unfinished = unfinished
         self.ids: dict[int, str] = {}  # n -> invocation id, as acknowledged
+        self.pills: dict[int, str] = {}  # the poison pills' ids, by the n they precede
+        every = opts.count // (opts.poison_pills + 1) if opts.poison_pills else 0
+        self.pill_at = {every * (k + 1) for k in range(opts.poison_pills)}
         self.retries = 0
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -378,13 +396,24 @@ class Producer(threading.Thread):
                 self.halt.wait(0.2)
                 continue
             numbers = range(n, min(n + BATCH, self.opts.count))
-            items = [self._item(k) for k in numbers]
+            pills = [k for k in numbers if k in self.pill_at]
+            items = [self._pill(k) for k in pills] + [self._item(k) for k in numbers]
             answer = self._post(clients, turn, items)
             if len(answer) != len(items):
                 raise BenchError(f"a batch of {len(items)} was answered with {len(answer)}")
-            for k, invocation in zip(numbers, answer, strict=True):
+            for k, invocation in zip(pills, answer, strict=False):
+                self.pills[k] = str(invocation["id"])
+            for k, invocation in zip(numbers, answer[len(pills) :], strict=True):
                 self.ids[k] = str(invocation["id"])
             n, turn = numbers.stop, turn + 1
+
+    def _pill(self, n: int) -> dict[str, Any]:
+        return {
+            "fn": PILL,
+            "args": [str(self.ledger), n],
+            "key": f"chaos-pill-{n}",
+            "max_attempts": self.opts.pill_attempts,
+        }
 
     def _item(self, n: int) -> dict[str, Any]:
         return {
@@ -473,9 +502,10 @@ class Chaos:
     opts: argparse.Namespace
     producer: Producer | None = None
     kills: list[Kill] = field(default_factory=list)
-    restarts: list[tuple[float, Proc, Kill]] = field(default_factory=list)
+    restarts: list[tuple[float, Proc, Kill | None]] = field(default_factory=list)
     booting: list[tuple[Proc, Kill | None, float]] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
+    pill_kills: list[Kill] = field(default_factory=list)  # daemons a poison pill took down
     counts: Counter[str] = field(default_factory=Counter)
     started: float = 0.0
 
@@ -499,7 +529,9 @@ class Chaos:
             self._check_booting(now)
             self._check_exits()
             self.counts = self.db.counts()
-            if producer.done.is_set() and self.finished() >= len(producer.ids):
+            if producer.done.is_set() and self.finished() >= len(producer.ids) + len(
+                producer.pills
+            ):
                 if not self.restarts and not self.booting:
                     return time.monotonic() - self.started
             elif now >= next_kill:
@@ -558,6 +590,17 @@ class Chaos:
             flush=True,
         )
 
+    def _pill_took(self, proc: Proc) -> None:
+        """A poison pill's SIGKILL took ``proc`` down: what it held (every lease granted to
+        it that did not end in its result, see ``_leases_back``) counts as held at a kill."""
+        number = len(self.pill_kills) + 1
+        at, elapsed = time.time(), time.monotonic() - self.started
+        pill = Kill(number, proc.name, "pill", proc.slot, proc.generation, at, elapsed,
+                    [proc.worker_id], [], 0)  # fmt: skip
+        self.pill_kills.append(pill)
+        self.restarts.append((time.monotonic() + self.opts.daemon_restart_s, proc, None))
+        print(f"  {elapsed:6.1f}s  a poison pill took down {proc.name}", flush=True)
+
     def _restart_due(self, now: float) -> None:
         for entry in list(self.restarts):
             due, proc, kill = entry
@@ -591,6 +634,9 @@ class Chaos:
         waiting |= {id(proc) for proc, _, _ in self.booting if proc.alive()}
         for proc in [*self.cluster.replicas, *self.cluster.daemons]:
             if proc is None or proc.alive() or id(proc) in waiting:
+                continue
+            if self.opts.poison_pills and proc.role == "daemon" and proc.popen.returncode == -9:
+                self._pill_took(proc)  # started again as after a kill
                 continue
             note = f"{proc.name} exited {proc.popen.returncode} by itself; see {proc.log}"
             print(f"  ! {note}", flush=True)
@@ -637,6 +683,7 @@ class Runs:
 
     starts: Counter[int] = field(default_factory=Counter)
     ends: Counter[int] = field(default_factory=Counter)
+    pills: Counter[int] = field(default_factory=Counter)  # runs of the pill before n
 
     @classmethod
     def read(cls, path: Path) -> Runs:
@@ -646,6 +693,8 @@ class Runs:
             kind, n, _pid, _ppid, _at = line.split()
             if kind == "start":
                 runs.starts[int(n)] += 1
+            elif kind == "pill":
+                runs.pills[int(n)] += 1
             else:
                 runs.ends[int(n)] += 1
         return runs
@@ -668,6 +717,11 @@ class Findings:
     succeeded_unrun: int
     accepted: int
     leases: int
+    overcharged: int  # attempts counted beyond the runs begun, summed
+    overcharged_ids: list[int]
+    pills: int
+    pills_spent: int  # ended failed with every attempt spent
+    pill_runs: int
 
 
 def judge(
@@ -676,6 +730,8 @@ def judge(
     log: list[Transition],
     runs: Runs,
     kills: list[Kill],
+    pills: dict[int, str],
+    pill_attempts: int,
 ) -> Findings:
     accepted = Counter(t.invocation for t in log if t.new == "succeeded")
     leased = Counter(t.invocation for t in log if t.new == "running")
@@ -689,6 +745,16 @@ def judge(
     held_at_kill = {iid for kill in kills for iid in kill.held}
     ran_twice = sorted(n for n, c in runs.starts.items() if c > 1)
     at_kill = [n for n in ran_twice if ids.get(n) in held_at_kill]
+    beyond = {
+        n: records[iid]["attempts"] - runs.starts[n]
+        for n, iid in ids.items()
+        if iid in records and records[iid]["attempts"] > runs.starts[n]
+    }
+    spent = [
+        iid
+        for iid in pills.values()
+        if (r := records.get(iid)) and (r["state"], r["attempts"]) == ("failed", pill_attempts)
+    ]
     return Findings(
         submitted=len(ids),
         rows=len(records),
@@ -705,6 +771,11 @@ def judge(
         succeeded_unrun=sum(1 for n in ids if runs.starts[n] == 0 and n not in lost),
         accepted=sum(accepted.values()),
         leases=sum(leased.values()),
+        overcharged=sum(beyond.values()),
+        overcharged_ids=sorted(beyond),
+        pills=len(pills),
+        pills_spent=len(spent),
+        pill_runs=sum(runs.pills.values()),
     )
 
 
@@ -751,6 +822,10 @@ def _leases_back(kill: Kill, by_invocation: dict[str, list[Transition]], grants:
         for invocation, index in grants.get(worker, []):
             changes = by_invocation[invocation]
             granted, after = changes[index], changes[index + 1 :]
+            if kill.role == "pill":  # the moment it died is not known here: no timing
+                if not after or after[0].new != "succeeded":
+                    kill.held.append(invocation)
+                continue
             open_at_kill = granted.at <= kill.at and (not after or after[0].at > kill.at)
             if open_at_kill or (kill.role == "daemon" and granted.at > kill.at):
                 kill.held.append(invocation)
@@ -799,6 +874,7 @@ def print_summary(
     retries: int,
     refused: int,
     unexpected: list[str],
+    pill_deaths: int,
 ) -> None:
     daemon_kills = [k for k in kills if k.role == "daemon"]
     replica_kills = [k for k in kills if k.role == "replica"]
@@ -808,10 +884,13 @@ def print_summary(
         ("lost", f"{len(f.lost):,}"),
         ("completed twice (results accepted twice by the store)", f"{len(f.completed_twice):,}"),
         ("ran twice (the UDF body started twice)", f"{len(f.ran_twice):,}"),
-        ("  of which held at a kill", f"{f.ran_twice_at_kill:,}"),
+        ("  of which held at a kill (or by a daemon a pill took down)", f"{f.ran_twice_at_kill:,}"),
         ("  of which not held at any kill", f"{len(f.ran_twice_elsewhere):,}"),
         ("ran twice to the end", f"{f.finished_twice:,}"),
         ("runs beyond the invocation's leases", f"{f.without_lease:,}"),
+        ("attempts charged beyond the runs begun", f"{f.overcharged:,}"),
+        ("poison pills failed, attempts spent / submitted", f"{f.pills_spent} / {f.pills}"),
+        ("  their runs / daemons they took down", f"{f.pill_runs} / {pill_deaths}"),
         ("succeeded with no run in the ledger", f"{f.succeeded_unrun:,}"),
         ("results accepted / leases granted", f"{f.accepted:,} / {f.leases:,}"),
         ("results refused as not held (daemon logs)", f"{refused:,}"),
@@ -836,6 +915,8 @@ def print_summary(
         print(f"completed twice: {f.completed_twice[:20]}; final left: {f.left_final[:20]}")
     if f.ran_twice_elsewhere:
         print(f"ran twice, held at no kill: numbers {f.ran_twice_elsewhere[:20]}")
+    if f.overcharged_ids:
+        print(f"attempts charged beyond the runs: numbers {f.overcharged_ids[:20]}")
     for note in unexpected:
         print(f"exited by itself: {note}")
 
@@ -863,7 +944,8 @@ def describe(opts: argparse.Namespace) -> str:
         f" {opts.replicas}, kill every {opts.kill_every_s:g} s, seed {opts.seed},"
         f" lease {opts.lease_s:g} s, work 0-{2 * opts.work_s:g} s, max_attempts"
         f" {opts.max_attempts}, restarts after {opts.daemon_restart_s:g} s (daemon) /"
-        f" {opts.replica_restart_s:g} s (replica)"
+        f" {opts.replica_restart_s:g} s (replica), prefetch {opts.prefetch}, poison pills"
+        f" {opts.poison_pills} x {opts.pill_attempts} attempts"
     )
 
 
@@ -906,15 +988,22 @@ def chaos(opts: argparse.Namespace, workdir: Path) -> int:
                 cluster.stop_all(graceful=clean)
                 if db is not None:
                     db.close()
-    measure_recovery(run.kills, log)
-    findings = judge(producer.ids, records, log, Runs.read(ledger), run.kills)
+    measure_recovery([*run.kills, *run.pill_kills], log)
+    runs = Runs.read(ledger)
+    every_kill = [*run.kills, *run.pill_kills]
+    findings = judge(
+        producer.ids, records, log, runs, every_kill, producer.pills, opts.pill_attempts
+    )
     print()
     print_kills(run.kills)
     print()
     logs = sorted({p.log for p in cluster.every if p.role == "daemon"})
     refused = refused_results(logs)
-    print_summary(findings, run.kills, wall_s, producer.retries, refused, run.unexpected)
-    return 1 if findings.lost or findings.completed_twice else 0
+    print_summary(
+        findings, run.kills, wall_s, producer.retries, refused, run.unexpected, len(run.pill_kills)
+    )
+    failed = findings.lost or findings.completed_twice or findings.pills_spent < findings.pills
+    return 1 if failed else 0
 
 
 def main() -> int:
@@ -935,9 +1024,16 @@ def main() -> int:
     parser.add_argument("--replica-restart-s", type=float, default=3.0)
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="give up after")
     parser.add_argument("--keep", action="store_true", help="keep the logs and the ledger")
+    parser.add_argument("--prefetch", type=int, default=0, help="each daemon's --prefetch")
+    parser.add_argument(
+        "--poison-pills", type=int, default=0, help="invocations that kill their daemon"
+    )
+    parser.add_argument("--pill-attempts", type=int, default=3, help="max_attempts of a pill")
     opts = parser.parse_args()
     if opts.count < 1 or opts.daemons < 1 or not 1 <= opts.replicas <= len(LETTERS):
         parser.error("--count and --daemons must be at least 1, --replicas 1 to 26")
+    if opts.prefetch < 0 or opts.poison_pills < 0 or opts.pill_attempts < 1:
+        parser.error("--prefetch and --poison-pills are 0 or more, --pill-attempts 1 or more")
 
     def interrupted(signum: int, _frame: Any) -> None:
         raise Interrupted(signal.Signals(signum).name)
