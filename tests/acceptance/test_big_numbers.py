@@ -194,3 +194,15 @@ def test_the_cli_submits_and_shows_big_integers(client: Client, cli: Cli) -> Non
         assert str(n + 1) in "".join(table.stdout.split()), table.stdout
     nan = cli.run("submit", "numbers", "tests.udfs:successor", "--arg", "NaN")
     assert nan.returncode != 0 and "args[0]" in nan.message and "Traceback" not in nan.stderr
+
+
+def test_the_cli_refuses_json_it_cannot_read_in_a_line(offline_cli: Cli) -> None:
+    """More digits than Python converts, or deeper than it reads: a usage error naming
+    the option, before any request (the CLI points at a port nothing listens on)."""
+    for text, words in (("1" * 5000, "4300"), ("[" * 100_000, "nested too deeply")):
+        for option in ("--arg", "--kwarg"):
+            value = text if option == "--arg" else f"n={text}"
+            done = offline_cli.run("submit", "q", "m:f", option, value)
+            assert done.returncode == 2, done.stderr
+            assert option in done.message and words in done.message
+            assert "Traceback" not in done.stderr

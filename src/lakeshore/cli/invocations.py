@@ -17,18 +17,27 @@ Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
 Id = Annotated[str, typer.Argument(help="Invocation id.", show_default=False)]
 
 
-def _json_value(text: str) -> Any:
+def _json_value(text: str, option: str = "--arg") -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         return text  # a bare word is a string: --arg hello
+    except (ValueError, RecursionError) as exc:  # JSON, but more digits or depth than Python reads
+        raise typer.BadParameter(unreadable(exc), param_hint=option) from None
+
+
+def unreadable(exc: ValueError | RecursionError) -> str:
+    """Why JSON text could not be read, in a line (not as a string: it is JSON)."""
+    if isinstance(exc, RecursionError):
+        return "the JSON is nested too deeply to read"
+    return f"the JSON cannot be read: {str(exc).split(';')[0]}"
 
 
 def _kwarg(text: str) -> tuple[str, Any]:
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise typer.BadParameter(f"{text!r} is not NAME=VALUE", param_hint="--kwarg")
-    return name, _json_value(value)
+    return name, _json_value(value, "--kwarg")
 
 
 def submit(

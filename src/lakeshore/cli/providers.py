@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from lakeshore.cli import context, output, verbs
+from lakeshore.cli import context, invocations, output, verbs
 from lakeshore.cli.client import CliError
 
 # the kinds a server knows (lakeshore.providers.KINDS, which this must match: a test
@@ -56,6 +56,8 @@ def _json_value(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text  # a bare word is a string: --set fail_launch=boom
+    except (ValueError, RecursionError) as exc:  # JSON, but more digits or depth than Python reads
+        raise CliError(f"--set: {invocations.unreadable(exc)}") from None
 
 
 def parse_config(config: str | None, settings: list[str]) -> dict[str, Any]:
@@ -68,6 +70,8 @@ def parse_config(config: str | None, settings: list[str]) -> dict[str, Any]:
             raise CliError(
                 f"--config is not valid JSON: {exc.msg} (at character {exc.pos})"
             ) from None
+        except (ValueError, RecursionError) as exc:
+            raise CliError(f"--config: {invocations.unreadable(exc)}") from None
         if not isinstance(loaded, dict):
             raise CliError("--config must be a JSON object, like '{\"launch_ttl_s\": 30}'")
         merged.update(loaded)
