@@ -102,6 +102,35 @@ def test_a_graceful_stop_answers_a_waiting_claim_at_once(tmp_path: Path) -> None
     assert "Waiting for connections to close" not in srv.log()
 
 
+@pytest.mark.parametrize("sent", [signal.SIGHUP, signal.SIGQUIT], ids=["hup", "quit"])
+def test_sighup_and_sigquit_stop_the_server_gracefully_and_sigusr1_2_do_not_stop_it(
+    tmp_path: Path, sent: signal.Signals
+) -> None:
+    """SIGUSR1 writes the threads' stacks to the log and SIGUSR2 is logged, the server
+    serving on; a closed terminal's SIGHUP, or SIGQUIT, stops it as SIGTERM does (the
+    app's shutdown runs) and it exits as after a SIGTERM. All four used to kill it at
+    once."""
+    db = tmp_path / "lakeshore.db"
+    with running_server("sqlite", str(db), tmp_path / "data", tmp_path / "server.log") as srv:
+        srv.process.send_signal(signal.SIGUSR1)
+        srv.process.send_signal(signal.SIGUSR2)
+        for _ in range(100):  # bounded: until both are in the log
+            if "SIGUSR2: ignored" in srv.log() and "(most recent call first)" in srv.log():
+                break
+            time.sleep(0.05)
+        assert httpx.get(f"{srv.url}/healthz", timeout=5).status_code == 200
+        assert srv.process.poll() is None
+
+        srv.process.send_signal(sent)
+        code = srv.process.wait(timeout=15)
+    log = srv.log()
+    assert code == -signal.SIGTERM, log
+    assert f"{sent.name}: stopping as for SIGTERM" in log
+    assert "Application shutdown complete" in log
+    assert "SIGUSR2: ignored" in log
+    assert "(most recent call first)" in log  # SIGUSR1's stacks
+
+
 def _last_seen(db: Path, worker: str) -> object:
     """The worker's last sign of life in the store: a claim touches it first."""
     with sqlite3.connect(db) as conn:

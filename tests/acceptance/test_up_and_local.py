@@ -276,19 +276,63 @@ def test_up_launches_and_retires_local_daemons(tmp_path: Path) -> None:
         assert fake.status_code == 201, fake.text  # the token may register other kinds
 
 
-def test_shutdown_stops_the_daemons(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sent", "exit_code"),
+    [(signal.SIGINT, 0), (signal.SIGHUP, -signal.SIGTERM)],
+    ids=["ctrl-c", "closed-terminal"],
+)
+def test_shutdown_stops_the_daemons(tmp_path: Path, sent: signal.Signals, exit_code: int) -> None:
     """Ctrl-C (SIGINT) to ``lakeshore up`` with a daemon kept by min 1: it exits 0 and the
-    daemon it launched is no longer running."""
+    daemon it launched is no longer running. A closed terminal's SIGHUP stops it the same
+    way (it used to kill ``up`` at once and leave the daemon running), and it exits as
+    after a SIGTERM."""
     with lakeshore_up(tmp_path) as up:
         up.post(f"{NS}/queues", elastic_queue("kept", 1, 1, providerRef="local"))
         handle = one_live_daemon(up, "kept", "local")
-        up.process.send_signal(signal.SIGINT)
+        up.process.send_signal(sent)
         try:
             code = up.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            pytest.fail("lakeshore up did not exit within 60 s of SIGINT")
-        assert code == 0, up.log_path.read_text(errors="replace")
+            pytest.fail(f"lakeshore up did not exit within 60 s of {sent.name}")
+        assert code == exit_code, up.log_path.read_text(errors="replace")
         assert not running(handle["pid"], handle["started"]), handle
+
+
+def test_a_demo_stopped_by_sigterm_stops_its_server_and_daemons(tmp_path: Path) -> None:
+    """``lakeshore demo`` stopped by SIGTERM (as ``timeout`` or a process manager stops
+    it) while its daemons run: it stops its ``lakeshore up`` and every daemon, removes its
+    scratch dir, says so, and exits 143. It used to die alone and leave them running."""
+    env = clean_env(COLUMNS=WIDE, TMPDIR=str(tmp_path))
+    out = tmp_path / "demo.out"
+    try:
+        with out.open("wb") as sink:
+            demo = subprocess.Popen(
+                [str(LAKESHORE), "demo", "--invocations", "2000", "--seconds", "0.5"],
+                stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env,
+                cwd=tmp_path,
+            )  # fmt: skip
+        try:
+            found = wait_for(
+                lambda: re.search(r"data in (\S+?)\)", out.read_text(errors="replace")),
+                60,
+                "the demo's scratch dir",
+            )
+            scratch = Path(found.group(1))
+            # its up and at least one daemon (their working dir is in the scratch dir)
+            wait_for(lambda: len(processes_using(scratch)) >= 2, 90, "the demo's daemons")
+            demo.send_signal(signal.SIGTERM)
+            code = demo.wait(timeout=60)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+                demo.wait(timeout=10)
+        output = out.read_text(errors="replace")
+        assert code == 128 + signal.SIGTERM, output
+        assert "SIGTERM: stopped the server and its daemons" in output
+        assert processes_using(scratch) == []
+        assert not scratch.exists()
+    finally:
+        kill_leftovers(tmp_path)
 
 
 def test_shutdown_lets_the_daemons_report_what_they_ran(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ It starts ``lakeshore up`` (server, controller, ``local`` provider) on a scratch
 and a free port, creates an elastic queue (``fully_elastic``, ``local`` provider, min 0,
 max 4), submits a few hundred invocations of an example UDF, shows the fleet growing and
 draining live, prints a summary with the scale decisions and their reasons, and stops
-everything it started.
+everything it started: also when it is stopped itself, by Ctrl-C, SIGTERM (``timeout``, a
+process manager) or SIGHUP (its terminal closed).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -108,6 +110,35 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, data_dir: Path) ->
                 return token_file.read_text().strip()
         time.sleep(0.2)
     raise CliError(f"the demo server did not start within {START_TIMEOUT_S:.0f} s")
+
+
+class Stopped(Exception):
+    """The demo got SIGTERM (``timeout``, a process manager) or SIGHUP (its terminal
+    closed): it stops what it started, as after Ctrl-C, and exits ``128 + signal``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def _signals(handler: Any) -> Iterator[None]:
+    """SIGTERM and SIGHUP (and, with ``signal.SIG_IGN``, SIGINT) go to ``handler`` in the
+    block: ``lakeshore up`` runs in a session of its own, so nothing but the demo stops it
+    and its daemons; by default either signal would end the demo and leave them running."""
+    signums = [signal.SIGTERM, signal.SIGHUP]
+    if handler is signal.SIG_IGN:
+        signums.append(signal.SIGINT)
+    before = {signum: signal.signal(signum, handler) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, previous in before.items():
+            signal.signal(signum, previous)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -204,12 +235,24 @@ def demo(
     """Watch an elastic queue at work: `lakeshore up` on a scratch dir, a fully_elastic
     queue (local provider, 0 to MAX daemons), a few hundred invocations, the fleet growing
     and draining back to zero, then a summary. Everything it starts, it stops."""
+    with _signals(_raise_stopped):
+        try:
+            _run(invocations, max_daemons, seconds, timeout, keep=keep, stay=stay)
+        except Stopped as exc:
+            output.note(f"{exc}: stopped the server and its daemons")
+            raise typer.Exit(128 + exc.signum) from None
+
+
+def _run(
+    invocations: int, max_daemons: int, seconds: float, timeout: float, *, keep: bool, stay: bool
+) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="lakeshore-demo-"))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     output.note(f"starting lakeshore up on {url} (data in {scratch})")
-    process = _start(scratch, port, interval_s=1.0)
+    process = None
     try:
+        process = _start(scratch, port, interval_s=1.0)
         token = _wait_healthy(process, url, scratch)
         output.note(
             f"watch it in a browser: {url}/ui/ns/default/queues/{QUEUE} "
@@ -228,9 +271,11 @@ def demo(
     except httpx.HTTPError as exc:
         raise CliError(f"the demo server failed: {exc} (logs: {scratch})") from exc
     finally:
-        _stop(process)
-        if not keep:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with _signals(signal.SIG_IGN):  # bounded (STOP_TIMEOUT_S, then SIGKILL): never cut short
+            if process is not None:
+                _stop(process)
+            if not keep:
+                shutil.rmtree(scratch, ignore_errors=True)
     output.note(
         "stopped the server and its daemons" + (f"; data kept in {scratch}" if keep else "")
     )

@@ -3,8 +3,12 @@ with the ``local`` provider, for one machine)."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -223,8 +227,46 @@ def _admin_token_file(settings: Settings) -> Path | None:
     return path
 
 
+# uvicorn stops gracefully on SIGINT and SIGTERM (a second SIGINT: at once). A closed
+# terminal's SIGHUP and SIGQUIT (Ctrl-\) used to kill the server at once, its claims
+# unanswered and `lakeshore up`'s daemons left running: they stop it as SIGTERM does, and
+# it exits as after a SIGTERM (uvicorn raises the signal it caught again once stopped; a
+# SIGQUIT's own would dump core). SIGUSR1 writes every thread's stack to stderr and the
+# server goes on; SIGUSR2 is logged and ignored.
+STOPPING_SIGNALS = (signal.SIGHUP, signal.SIGQUIT)
+
+
+@contextlib.contextmanager
+def other_signals(stop: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """For as long as the server runs: :data:`STOPPING_SIGNALS` call ``stop`` as a SIGTERM
+    would, SIGUSR1 dumps the threads' stacks, SIGUSR2 is logged; then as they were."""
+    import faulthandler
+    import logging
+
+    def stopping(sig: int, frame: FrameType | None) -> None:
+        logging.getLogger("lakeshore.server").info(
+            "%s: stopping as for SIGTERM", signal.Signals(sig).name
+        )
+        stop(signal.SIGTERM, frame)
+
+    def ignored(sig: int, frame: FrameType | None) -> None:
+        logging.getLogger("lakeshore.server").warning(
+            "%s: ignored (SIGTERM, SIGINT, SIGHUP or SIGQUIT stop the server)",
+            signal.Signals(sig).name,
+        )
+
+    before = {sig: signal.signal(sig, stopping) for sig in STOPPING_SIGNALS}
+    before[signal.SIGUSR2] = signal.signal(signal.SIGUSR2, ignored)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        yield
+    finally:
+        faulthandler.unregister(signal.SIGUSR1)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
-    import contextlib
     import logging
     import socket
 
@@ -270,11 +312,17 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
     runtime.tune()  # see lakeshore.runtime: full collections stalled the loop in ticks
 
     class Server(uvicorn.Server):
-        """uvicorn's, telling the app first when it begins to stop (see begin_stopping)."""
+        """uvicorn's, telling the app first when it begins to stop (see begin_stopping),
+        and stopping gracefully on the signals of :data:`STOPPING_SIGNALS` too."""
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             await begin_stopping(app)
             await super().shutdown(sockets)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals(), other_signals(self.handle_exit):
+                yield
 
     config = uvicorn.Config(
         app,
