@@ -256,7 +256,7 @@ def create_app(
             limiter=RateLimiter(),
             controller=controller,
             leadership=leadership,
-            callers=auth.Callers(store, token),
+            callers=auth.Callers(store, token, clock=server_clock),
             metrics=metrics,
             overview=overview,
             sessions=Sessions(token),

@@ -76,7 +76,9 @@ async def _caller(
     state: AppState, request: Request, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal:
     presented = credentials.credentials if credentials else None
-    caller = await state.callers.authenticate(presented)
+    # the address as the server sees it (uvicorn rewrites it from X-Forwarded-For for
+    # the hops LAKESHORE_FORWARDED_ALLOW_IPS trusts): its wrong tokens are throttled
+    caller = await state.callers.authenticate(presented, request.scope.get("client"))
     route = request.scope.get("route")
     caller.require_scope(getattr(route, "path", None) or request.scope["path"])
     return caller

@@ -185,6 +185,8 @@ class FastSubmit:
     ) -> int | None:
         """The status answered, or ``None``: nothing written or sent, the framework
         answers."""
+        if state.callers.throttled(scope.get("client")):
+            return None  # an address sending wrong tokens: the route counts and refuses
         try:
             # read as the route reads it (an integer past 64 bits stays one); what it
             # cannot read (not JSON, too many digits, too deep) the route refuses

@@ -9,6 +9,7 @@ page come from the shared :class:`~lakeshore.services.overview.Overview` read.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +26,7 @@ from lakeshore import __version__
 from lakeshore.api.deps import AppState, app_state
 from lakeshore.api.ui import session
 from lakeshore.api.ui.session import CSRF_FIELD, CSRF_HEADER, LOGIN_COOKIE, SESSION_COOKIE
-from lakeshore.errors import InvalidInput, LakeshoreError, NotFound, Unauthorized
+from lakeshore.errors import InvalidInput, LakeshoreError, NotFound, TooManyRequests, Unauthorized
 from lakeshore.services import daemons as daemon_service
 from lakeshore.services import feed as feed_service
 from lakeshore.services import invocations as inv_service
@@ -254,10 +255,14 @@ async def login(
     state.sessions.check(request, csrf, cookie=LOGIN_COOKIE)
     token = token.strip()
     try:
-        principal = await state.callers.authenticate(token)
+        # wrong tokens are counted against the address, as the API's are
+        principal = await state.callers.authenticate(token, request.scope.get("client"))
         principal.require_scope("/ui")
     except LakeshoreError as exc:
-        return _login_page(request, exc.message, status=exc.status)
+        refused = _login_page(request, exc.message, status=exc.status)
+        if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
+            refused.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        return refused
     ns = principal.namespace or ns_service.DEFAULT_NAMESPACE
     response = RedirectResponse(f"/ui/ns/{ns}/queues", status_code=303)
     session.set_cookie(
