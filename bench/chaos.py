@@ -458,6 +458,11 @@ class Kill:
     and, for a daemon, any granted to it after its death (an answer to a request it had
     sent just before).
 
+    ``returned``: from the kill until each of ``held`` has left the lease the kill cut
+    off (the first logged change of it after that lease: back to pending, failed, or a
+    result accepted), for the last of them: a dead daemon's sentinel reports at once;
+    otherwise the lease runs out first.
+
     ``leases back``: from the kill until each of ``held`` is leased again or has a
     result accepted (the first logged change of it into ``running`` or ``succeeded``
     after that lease), for the last of them: the lease has run out, the reaper has put
@@ -486,6 +491,7 @@ class Kill:
     held_live: int  # leases the affected workers held just after the kill (as printed)
     held: list[str] = field(default_factory=list)
     up_after: float | None = None  # a replica: from the kill to /healthz answering again
+    returned: float | None = None  # until each of ``held`` left the killed lease
     leases_back: float | None = None
     work_back: float | None = None
 
@@ -818,6 +824,7 @@ def measure_recovery(kills: list[Kill], log: list[Transition]) -> None:
 
 def _leases_back(kill: Kill, by_invocation: dict[str, list[Transition]], grants: Grants) -> None:
     backs: list[float | None] = []
+    left: list[float | None] = []
     for worker in kill.workers:
         for invocation, index in grants.get(worker, []):
             changes = by_invocation[invocation]
@@ -831,8 +838,11 @@ def _leases_back(kill: Kill, by_invocation: dict[str, list[Transition]], grants:
                 kill.held.append(invocation)
                 back = (c.at for c in after if c.new in ("running", "succeeded"))
                 backs.append(next(back, None))
+                left.append(after[0].at if after else None)
     if backs and None not in backs:
         kill.leases_back = max(b for b in backs if b is not None) - kill.at
+    if left and None not in left:
+        kill.returned = max(b for b in left if b is not None) - kill.at
 
 
 # --- output ------------------------------------------------------------------------------
@@ -842,20 +852,27 @@ def _s(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
-def _spread(kills: list[Kill]) -> str:
-    known = [k.recovery for k in kills if k.recovery is not None]
+def _spread(kills: list[Kill], measure: str = "recovery") -> str:
+    known = [v for k in kills if (v := getattr(k, measure)) is not None]
     if not known:
         return "—"
     return f"{statistics.median(known):.1f} / {max(known):.1f}"
 
 
 def print_kills(kills: list[Kill]) -> None:
-    print("| # | at (s) | killed | leases held | leases back (s) | work back (s) | recovery (s) |")
-    print("|--:|-------:|--------|------------:|----------------:|--------------:|-------------:|")
+    print(
+        "| # | at (s) | killed | leases held | returned (s) | leases back (s) | work back (s)"
+        " | recovery (s) |"
+    )
+    print(
+        "|--:|-------:|--------|------------:|-------------:|----------------:|--------------:"
+        "|-------------:|"
+    )
     for k in kills:
         victim = k.victim if k.up_after is None else f"{k.victim} (up at {k.up_after:.1f} s)"
         print(
-            f"| {k.number} | {k.elapsed:.1f} | {victim} | {len(k.held)} | {_s(k.leases_back)}"
+            f"| {k.number} | {k.elapsed:.1f} | {victim} | {len(k.held)} | {_s(k.returned)}"
+            f" | {_s(k.leases_back)}"
             f" | {_s(k.work_back)} | {_s(k.recovery)} |"
         )
 
@@ -878,6 +895,7 @@ def print_summary(
 ) -> None:
     daemon_kills = [k for k in kills if k.role == "daemon"]
     replica_kills = [k for k in kills if k.role == "replica"]
+    returned = _spread(daemon_kills, "returned")
     rows = [
         ("submitted", f"{f.submitted:,}"),
         ("succeeded", f"{f.succeeded:,}"),
@@ -897,6 +915,7 @@ def print_summary(
         ("changes to an ended invocation", f"{len(f.left_final):,}"),
         ("rows in the store", f"{f.rows:,}"),
         ("kills: daemons / replicas", f"{len(daemon_kills)} / {len(replica_kills)}"),
+        ("leases returned after a daemon kill, median / max (s)", returned),
         ("recovery after a daemon kill, median / max (s)", _spread(daemon_kills)),
         ("recovery after a replica kill, median / max (s)", _spread(replica_kills)),
         ("processes that exited by themselves", f"{len(unexpected)}"),

@@ -30,6 +30,7 @@ thousands of invocations a second wakes it tens of times a second, not thousands
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -44,6 +45,7 @@ from lakeshore.daemon import linux
 
 READ_EVERY_S = 0.02  # the most a burst of lines waits in the pipe
 ENDS_HELD = 1000  # ends sent on their own once this many wait for a begin
+PIPE_BYTES = 1 << 20  # Linux's default most for an unprivileged process
 REPORT_FOR_S = 60.0  # the longest the report is retried (bounded by the lease)
 
 
@@ -71,6 +73,9 @@ class Sentinel:
             stdout=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C at the terminal is for the daemon
         )
+        if self._process.stdin is not None:  # room for what a burst of starts writes
+            with contextlib.suppress(OSError, AttributeError):  # between two reads of it
+                fcntl.fcntl(self._process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
     def _send(self, line: str) -> None:
         with self._lock:
