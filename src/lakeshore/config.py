@@ -11,6 +11,7 @@ names; a key it does not know is refused, so a typo is never silently ignored.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -165,6 +166,7 @@ class Settings(BaseSettings):
     elasticity_noop_retention_s: float = Field(default=86_400.0, gt=0)
     allowed_scalers: str = ""
     metrics_public: bool = False
+    forwarded_allow_ips: str = "127.0.0.1,::1"
 
     @classmethod
     def settings_customise_sources(
@@ -205,6 +207,23 @@ class Settings(BaseSettings):
             )
         return period
 
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _addresses(cls, value: str) -> str:
+        """Addresses and networks (``10.0.0.0/8``), or ``*``: a host name would never match
+        the peer's address uvicorn compares it with, so it is refused, not ignored."""
+        for item in _items(value):
+            if item == "*":
+                continue
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"expected addresses or networks (10.0.0.0/8), comma-separated, or *; "
+                    f"{item!r} is neither"
+                ) from None
+        return ",".join(_items(value))
+
     @field_validator("admin_token")
     @classmethod
     def _long_enough(cls, value: str | None) -> str | None:
@@ -230,6 +249,10 @@ class Settings(BaseSettings):
     @property
     def admin_token_path(self) -> Path:
         return self.data_dir / ADMIN_TOKEN_FILE
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 @contextmanager

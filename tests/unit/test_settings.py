@@ -257,6 +257,18 @@ def test_no_number_takes_inf_or_nan(monkeypatch: pytest.MonkeyPatch, value: str)
     ]
 
 
+def test_forwarded_allow_ips_takes_addresses_networks_or_a_star_and_refuses_host_names() -> None:
+    assert Settings().forwarded_allow_ips == "127.0.0.1,::1"
+    given = Settings(forwarded_allow_ips=" 10.0.0.0/8, 192.0.2.7 ,fd00::/8,* ")
+    assert given.forwarded_allow_ips == "10.0.0.0/8,192.0.2.7,fd00::/8,*"
+    assert Settings(forwarded_allow_ips="").forwarded_allow_ips == ""  # trusts none
+
+    assert refused(forwarded_allow_ips="10.0.0.1,lb.internal") == [
+        "forwarded_allow_ips: expected addresses or networks (10.0.0.0/8), comma-separated, "
+        "or *; 'lb.internal' is neither"
+    ]
+
+
 def test_a_bad_value_in_a_lower_case_variable_names_it_in_lower_case(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -335,6 +335,10 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
         # installed (not on Windows), else asyncio's
         http="httptools",
         loop="auto",
+        # X-Forwarded-Proto and -For are believed from these peers only (a TLS proxy's
+        # https makes the dashboard's cookies Secure and its Origin check pass)
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
     )
     server = Server(config)
     with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stopped at once
