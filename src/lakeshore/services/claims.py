@@ -102,6 +102,9 @@ class Attempt:
     claimed: list[dict[str, Any]] = field(default_factory=list)
     steal_in_s: float | None = None
     retiring: bool = False  # the controller is stopping this worker: stop waiting
+    # (asked for) when the earliest pending invocation of the queues it looked in that
+    # was not yet claimable falls due: a retry waiting out its backoff
+    due_at: datetime | None = None
 
 
 def steal_delay_s(own: Iterable[RowMapping]) -> float:
@@ -171,7 +174,7 @@ async def claim_once(
 ) -> Attempt:
     """Lease what the worker may take now, in a transaction of its own."""
     async with store.write() as conn:
-        return await claim_in(conn, worker, reach, limit, now, lease_s, expired=expired)
+        return await claim_in(conn, worker, reach, limit, now, lease_s, expired=expired, due=True)
 
 
 async def claim_in(
@@ -184,13 +187,15 @@ async def claim_in(
     *,
     seen: Any = _UNTOUCHED,
     expired: dict[str, int] | None = None,
+    due: bool = False,
 ) -> Attempt:
     """Lease what the worker may take now, in the caller's write transaction: its own
     queues first; stolen work only when those gave nothing and the worker is idle (see
     the module's rules). 404/410 for a worker dropped or retired meanwhile. ``seen`` is
     what :func:`worker_store.touch` answered, when the caller touched the worker first
     (its row is locked before any invocation's, as a heartbeat locks them). ``expired``
-    counts the work expired on the way (queue id → how many)."""
+    counts the work expired on the way (queue id → how many). ``due``: when it leases
+    nothing, say when the next invocation it could take falls due (``due_at``)."""
     view: tuple[int, list[Any]] | None = None
     if seen is _UNTOUCHED:
         seen, running, rows = await worker_store.touch_and_view(
@@ -215,15 +220,24 @@ async def claim_in(
     subscribed = [q for q in queues if q["own"]]
     own = [q for q in subscribed if q["state"] != "paused"]
     claimed = await _lease(conn, own, worker.id, free, now, lease_s, expired)
-    if claimed or running:
-        return Attempt(claimed)  # only an idle worker steals
-    siblings = [q for q in queues if not q["own"] and reach.admits(q)]
-    if not siblings:
-        return Attempt()
-    wait_s = await _steal_wait_s(conn, worker.id, steal_delay_s(subscribed), now)
+    if claimed:
+        return Attempt(claimed)
+    # only an idle worker steals
+    siblings = [] if running else [q for q in queues if not q["own"] and reach.admits(q)]
+    wait_s = await _steal_wait_s(conn, worker.id, steal_delay_s(subscribed), now) if siblings else 0
     if wait_s > 0:
-        return Attempt(steal_in_s=wait_s)
-    return Attempt(await _lease(conn, siblings, worker.id, free, now, lease_s, expired))
+        due_at = await _due_at(conn, own, now) if due else None
+        return Attempt(steal_in_s=wait_s, due_at=due_at)
+    stolen = await _lease(conn, siblings, worker.id, free, now, lease_s, expired)
+    if stolen or not due:
+        return Attempt(stolen)
+    return Attempt(due_at=await _due_at(conn, [*own, *siblings], now))
+
+
+async def _due_at(
+    conn: AsyncConnection, queues: Sequence[RowMapping], now: datetime
+) -> datetime | None:
+    return await inv_store.next_due_at(conn, [q["id"] for q in queues], now)
 
 
 def _claimable_by(caller: access.Caller | None, queues: list[RowMapping]) -> list[RowMapping]:
@@ -237,6 +251,20 @@ def _claimable_by(caller: access.Caller | None, queues: list[RowMapping]) -> lis
         if q["auth_policy"] is None
         or access.refusal(q["auth_policy"], "claim", caller, q["name"]) is None
     ]
+
+
+def pause_s(attempt: Attempt, now: datetime, recheck_s: float) -> float:
+    """How long a claim that found nothing (``attempt``, at ``now``) waits before it
+    looks again, unless woken: the re-check, or less when the worker's steal delay or a
+    retry's backoff ends sooner; a worker being retired looks again soon."""
+    if attempt.retiring:
+        return RETIRING_RECHECK_S
+    pause = recheck_s
+    if attempt.steal_in_s is not None:
+        pause = min(pause, max(attempt.steal_in_s, MIN_PAUSE_S))
+    if attempt.due_at is not None:
+        pause = min(pause, max((attempt.due_at - now).total_seconds(), MIN_PAUSE_S))
+    return pause
 
 
 async def long_poll(
@@ -278,15 +306,12 @@ async def long_poll(
             woken.clear()
             if gone is not None and gone.is_set():
                 return []  # the caller hung up: lease nothing it cannot receive
-            attempt = await claim_once(store, worker, reach, limit, clock(), lease_s, expired)
+            now = clock()
+            attempt = await claim_once(store, worker, reach, limit, now, lease_s, expired)
             remaining = deadline - loop.time()
             if attempt.claimed or remaining <= 0 or limit == 0:
                 return attempt.claimed
-            pause = recheck_s + random.uniform(0, 0.5)
-            if attempt.steal_in_s is not None:
-                pause = min(pause, max(attempt.steal_in_s, MIN_PAUSE_S))
-            if attempt.retiring:
-                pause = RETIRING_RECHECK_S
+            pause = pause_s(attempt, now, recheck_s + random.uniform(0, 0.5))
             events = [woken] if gone is None else [woken, gone]
             if waiting is None or not handing or limit == 0:
                 await wait_any(events, min(pause, remaining))

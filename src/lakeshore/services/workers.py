@@ -487,12 +487,16 @@ async def fail(
     async with store.write() as conn:
         worker = await _worker_in(conn, caller, worker_id)
         row = await lease_store.fail(conn, invocation_id, worker.id, error, retry=retry, now=now)
+        woken = [stream_key(invocation_id)]
+        if row is not None and row["state"] == "pending":
+            # a retry wakes the queue's waiting claims, to wait for its backoff's end
+            woken.append(row["queue_id"])
         if row is not None:
-            await wakeups.publish(conn, [stream_key(invocation_id)])
+            await wakeups.publish(conn, woken)
         counted = await _count_ended(conn, metrics, [row] if row is not None else [], now)
     if row is None:
         raise _not_held(invocation_id)
-    notifier.notify([stream_key(invocation_id)])
+    notifier.notify(woken)
     counted()
     return to_json(row)
 
@@ -558,7 +562,9 @@ async def report(
         seen = await worker_store.touch(conn, worker.id, now) if claim > 0 else None
         held: dict[str, tuple[str, datetime | None]] = {}
         states = await lease_store.report(conn, worker.id, reports, now, held_rows=held)
-        await wakeups.publish(conn, [stream_key(i) for i in states])
+        retried = {held[i][0] for i, state in states.items() if state == "pending"}
+        woken = [*(stream_key(i) for i in states), *sorted(retried)]  # as fail's
+        await wakeups.publish(conn, woken)
         labels = (
             {} if metrics is None else await metrics.queue_names(conn, {held[i][0] for i in states})
         )
@@ -570,7 +576,7 @@ async def report(
                 claimed, retired = attempt.claimed, attempt.retiring
             except (Gone, NotFound):  # raised before it wrote: the outcomes still commit
                 retired = True
-    notifier.notify([stream_key(i) for i in states])
+    notifier.notify(woken)
     if metrics is not None:
         metrics.ended_many(
             (

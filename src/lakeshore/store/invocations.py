@@ -698,3 +698,27 @@ async def next_available_at(conn: AsyncConnection, queue_ids: Sequence[str]) -> 
     )
     value: datetime | None = (await conn.execute(query)).scalar_one()
     return value
+
+
+DUE_SCAN = 1000  # the most not-yet-due rows a look for the next due time reads
+
+
+async def next_due_at(
+    conn: AsyncConnection, queue_ids: Sequence[str], now: datetime
+) -> datetime | None:
+    """When the earliest pending invocation of these queues that is not yet claimable
+    (a retry waiting out its backoff) falls due; None when there is none. A waiting
+    claim wakes then instead of at its next re-check. No index orders pending work by
+    due time (one more on every submit's insert): the queue's pending rows are read
+    through its index, up to :data:`DUE_SCAN` of those not yet due, so past that many
+    the time found may be later than the earliest, and the re-check bounds the wait."""
+    if not queue_ids:
+        return None
+    waiting = (
+        select(C.available_at.label("at"))
+        .where(C.queue_id.in_(list(queue_ids)), C.state == "pending", C.available_at > now)
+        .limit(DUE_SCAN)
+        .subquery()
+    )
+    value: datetime | None = (await conn.execute(select(func.min(waiting.c.at)))).scalar_one()
+    return value
