@@ -16,7 +16,15 @@ from sqlalchemy import Connection, Engine, create_engine, delete, insert, inspec
 from sqlalchemy.exc import IntegrityError
 
 from lakeshore.store.engine import _alembic_config, _sqlite_setup, migrate, parse_url
-from lakeshore.store.tables import invocations, metadata, namespaces, queues, stream_items
+from lakeshore.store.tables import (
+    invocations,
+    metadata,
+    namespaces,
+    queues,
+    stream_items,
+    tokens,
+    ui_sessions,
+)
 from tests.conftest import BACKENDS, create_pg_database, drop_pg_database
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -245,4 +253,42 @@ def test_0009_adds_the_begun_attempt_and_keeps_every_row(empty_url: str) -> None
         columns = {c["name"] for c in inspect(conn).get_columns("invocations")}
         assert "begun_attempt" not in columns
         assert set(_index_definitions(conn)) == indexes
+    engine.dispose()
+
+
+def test_0010_adds_the_dashboard_sessions_and_keeps_every_row(empty_url: str) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0009")
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        conn.execute(
+            insert(tokens).values(
+                id="t_1",
+                namespace_id="ns_a",
+                kind="namespace",
+                secret_hash="0" * 64,
+                created_at=NOW,
+            )
+        )
+        conn.execute(
+            insert(ui_sessions),
+            [
+                {"id_hash": "a" * 64, "token_id": "t_1", "created_at": NOW, "expires_at": NOW},
+                {"id_hash": "b" * 64, "token_id": None, "created_at": NOW, "expires_at": NOW},
+            ],
+        )
+        with pytest.raises(IntegrityError), conn.begin_nested():  # a token of the store's
+            conn.execute(
+                insert(ui_sessions).values(
+                    id_hash="c" * 64, token_id="t_nowhere", created_at=NOW, expires_at=NOW
+                )
+            )
+    _alembic(empty_url, "downgrade", "0009")  # and back, every other row kept
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert "ui_sessions" not in inspect(conn).get_table_names()
+    migrate(parse_url(empty_url))
+    with engine.begin() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     engine.dispose()

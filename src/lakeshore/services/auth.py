@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,6 +82,18 @@ class Principal:
 
 
 ADMIN = Principal(kind="admin")
+
+
+def principal_of(row: Mapping[Any, Any]) -> Principal:
+    """The caller a live token's row (:func:`lakeshore.store.namespaces.get_token`) names."""
+    return Principal(
+        kind="worker" if row["kind"] == "worker" else "namespace",
+        namespace_id=row["namespace_id"],
+        namespace=row["namespace_name"],
+        token_id=row["id"],
+        worker_id=row["worker_id"],
+        token_name=row["name"],
+    )
 
 
 async def authenticate(store: Store, admin_token: str, presented: str | None) -> Principal:
@@ -175,14 +187,7 @@ class Callers:
             row = await ns_store.get_token(conn, parsed.id)
         if row is None or not tokens.matches(parsed.secret, row["secret_hash"]):
             raise Unauthorized(INVALID)
-        caller = Principal(
-            kind="worker" if row["kind"] == "worker" else "namespace",
-            namespace_id=row["namespace_id"],
-            namespace=row["namespace_name"],
-            token_id=row["id"],
-            worker_id=row["worker_id"],
-            token_name=row["name"],
-        )
+        caller = principal_of(row)
         if self._known is not None and (caller.kind == "namespace" or caller.worker_id):
             self._known[parsed.id] = (row["secret_hash"], caller)
         return caller

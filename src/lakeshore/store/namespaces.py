@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import RowMapping, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore.store import ui_sessions
 from lakeshore.store.tables import namespaces, tokens
 
 
@@ -110,4 +111,7 @@ async def revoke_namespace_token(
     await conn.execute(
         update(tokens).where(*mine, tokens.c.revoked_at.is_(None)).values(revoked_at=now)
     )
-    return (await conn.execute(select(*TOKEN_FIELDS).where(*mine))).mappings().first()
+    token = (await conn.execute(select(*TOKEN_FIELDS).where(*mine))).mappings().first()
+    if token is not None:  # its dashboard sessions end with it
+        await ui_sessions.delete_for_token(conn, token_id)
+    return token

@@ -297,3 +297,16 @@ launches = Table(
     Index(None, "worker_id"),
     Index(None, "namespace_id", "provider_name", "id"),  # a provider's launches
 )
+
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    # a keyed hash of the session id the browser's cookie holds (never the id itself)
+    Column("id_hash", String(64), primary_key=True),
+    # the namespace token it signed in with; null: the admin token
+    Column("token_id", ID, ForeignKey("tokens.id", ondelete=CASCADE), nullable=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Index(None, "token_id"),  # a revoked token's sessions
+    Index(None, "expires_at"),  # the expired ones, deleted a batch at a time
+)

@@ -174,11 +174,9 @@ class Viewer:
 
 
 async def _principal(request: Request, state: AppState) -> Principal:
-    token = state.sessions.token(request)
-    if token is None:
+    principal = await state.sessions.principal(request, state.store, state.clock())
+    if principal is None:
         raise SignIn
-    principal = await state.callers.authenticate(token)
-    principal.require_scope("/ui")  # a worker token signs in nowhere
     return principal
 
 
@@ -264,10 +262,9 @@ async def login(
             refused.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
         return refused
     ns = principal.namespace or ns_service.DEFAULT_NAMESPACE
+    session_id = await state.sessions.begin(request, state.store, principal, state.clock())
     response = RedirectResponse(f"/ui/ns/{ns}/queues", status_code=303)
-    session.set_cookie(
-        response, request, SESSION_COOKIE, state.sessions.seal(token), session.MAX_AGE_S
-    )
+    session.set_cookie(response, request, SESSION_COOKIE, session_id, session.MAX_AGE_S)
     session.clear_cookie(response, LOGIN_COOKIE)
     return response
 
@@ -276,6 +273,7 @@ async def login(
 async def logout(request: Request, csrf: Annotated[str, Form(max_length=128)] = "") -> Response:
     state = app_state(request)
     state.sessions.check(request, csrf, cookie=SESSION_COOKIE)
+    await state.sessions.end(request, state.store)  # on every replica, not just this browser
     response = RedirectResponse("/ui/login", status_code=303)
     session.clear_cookie(response, SESSION_COOKIE)
     return response
