@@ -110,14 +110,15 @@ async def test_a_crash_report_of_an_earlier_session_leaves_the_successor_its_row
     """A daemon restarted with the same worker id says hello before its predecessor's
     sentinel reports: the report charges what the predecessor began, and nothing of
     the successor's."""
-    pill, mine = [(await submit(api, "same", max_attempts=3))["id"] for _ in range(2)]
+    ids = {(await submit(api, "same", max_attempts=3))["id"] for _ in range(2)}
     first = await hello(api, "same", prefetch=1, session="s1", id="w-same")
     [got] = await claim(api, first, max=1)
-    assert got["id"] == pill
+    pill = got["id"]
     second = await hello(api, "same", prefetch=1, session="s2", id="w-same")
     assert second == first
     [taken] = await claim(api, second, max=1)
-    assert taken["id"] == mine
+    mine = taken["id"]
+    assert {pill, mine} == ids
 
     answer = await crashed(api, first, started=[pill], session="s1")
     assert answer == {"retried": 1, "failed": 0, "released": 0, "gone": False}
