@@ -167,6 +167,9 @@ class Settings(BaseSettings):
     allowed_scalers: str = ""
     metrics_public: bool = False
     forwarded_allow_ips: str = "127.0.0.1,::1"
+    header_timeout_s: float = Field(default=10.0, ge=MIN_INTERVAL_S, le=3600)
+    body_timeout_s: float = Field(default=60.0, ge=MIN_INTERVAL_S, le=3600)
+    max_connections: int | None = Field(default=None, ge=1)  # None: from the fd limit
 
     @classmethod
     def settings_customise_sources(

@@ -33,6 +33,7 @@ LogFormat = Annotated[
 ]
 
 if TYPE_CHECKING:
+    from lakeshore.api.http_protocol import Limits
     from lakeshore.config import Settings
 
 # The server's own stack (uvicorn, SQLAlchemy, migrations, the app) is imported when a
@@ -266,6 +267,31 @@ def other_signals(stop: Callable[[int, FrameType | None], None]) -> Iterator[Non
             signal.signal(sig, handler)
 
 
+def _connection_limits(settings: Settings, note: Callable[[str], None]) -> Limits:
+    """The deadlines and the cap on connections, the cap from the descriptor limit (raised
+    to the hard one) unless set; said at start, and warned of when set over that."""
+    import logging
+
+    from lakeshore.api import http_protocol
+
+    descriptors = http_protocol.raise_descriptor_limit()
+    fits = http_protocol.connection_cap(descriptors)
+    cap = settings.max_connections or fits
+    note(
+        f"connections: at most {cap} (descriptor limit {descriptors}); request headers "
+        f"within {settings.header_timeout_s:g} s, bodies within {settings.body_timeout_s:g} s"
+    )
+    if cap > fits:
+        logging.getLogger("lakeshore.server").warning(
+            "max_connections %d is over the %d that the descriptor limit %d leaves room for: "
+            "when the connections fill it, the store and the files may find no descriptor",
+            cap,
+            fits,
+            descriptors,
+        )
+    return http_protocol.Limits(settings.header_timeout_s, settings.body_timeout_s, cap)
+
+
 def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
     import logging
     import socket
@@ -275,6 +301,7 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
     from uvicorn.config import STARTUP_FAILURE
 
     from lakeshore import logs, runtime
+    from lakeshore.api import http_protocol
     from lakeshore.api.app import begin_stopping, create_app
     from lakeshore.store.engine import parse_url, prepare
 
@@ -308,6 +335,7 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
         )
     if local_fleet:
         note(f"local provider: daemons run here, logs in {settings.data_dir / 'daemons'}")
+    limits = _connection_limits(settings, note)
     app = create_app(settings, demo=demo, local_fleet=local_fleet)
     runtime.tune()  # see lakeshore.runtime: full collections stalled the loop in ticks
 
@@ -331,9 +359,10 @@ def serve(settings: Settings, *, demo: bool, local_fleet: bool) -> None:
         log_level=log_level,
         log_config=logs.config(log_format, log_level),  # uvicorn's lines in the same format
         lifespan="on",
-        # httptools parses requests in C (a dependency); the loop is uvloop where it is
+        # httptools parses requests in C (a dependency), with read deadlines and a cap on
+        # connections (lakeshore.api.http_protocol); the loop is uvloop where it is
         # installed (not on Windows), else asyncio's
-        http="httptools",
+        http=http_protocol.protocol_class(limits),
         loop="auto",
         # X-Forwarded-Proto and -For are believed from these peers only (a TLS proxy's
         # https makes the dashboard's cookies Secure and its Origin check pass)
