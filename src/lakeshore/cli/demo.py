@@ -130,7 +130,7 @@ def _signals(handler: Any) -> Iterator[None]:
     """SIGTERM and SIGHUP (and, with ``signal.SIG_IGN``, SIGINT) go to ``handler`` in the
     block: ``lakeshore up`` runs in a session of its own, so nothing but the demo stops it
     and its daemons; by default either signal would end the demo and leave them running."""
-    signums = [signal.SIGTERM, signal.SIGHUP]
+    signums = [signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
     if handler is signal.SIG_IGN:
         signums.append(signal.SIGINT)
     before = {signum: signal.signal(signum, handler) for signum in signums}

@@ -234,7 +234,9 @@ def _admin_token_file(settings: Settings) -> Path | None:
 # it exits as after a SIGTERM (uvicorn raises the signal it caught again once stopped; a
 # SIGQUIT's own would dump core). SIGUSR1 writes every thread's stack to stderr and the
 # server goes on; SIGUSR2 is logged and ignored.
-STOPPING_SIGNALS = (signal.SIGHUP, signal.SIGQUIT)
+STOPPING_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGHUP", "SIGQUIT") if hasattr(signal, name)
+)  # none of these four on Windows
 
 
 @contextlib.contextmanager
@@ -257,12 +259,16 @@ def other_signals(stop: Callable[[int, FrameType | None], None]) -> Iterator[Non
         )
 
     before = {sig: signal.signal(sig, stopping) for sig in STOPPING_SIGNALS}
-    before[signal.SIGUSR2] = signal.signal(signal.SIGUSR2, ignored)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    usr1, usr2 = getattr(signal, "SIGUSR1", None), getattr(signal, "SIGUSR2", None)
+    if usr2 is not None:
+        before[usr2] = signal.signal(usr2, ignored)
+    if usr1 is not None:
+        faulthandler.register(usr1, all_threads=True)
     try:
         yield
     finally:
-        faulthandler.unregister(signal.SIGUSR1)
+        if usr1 is not None:
+            faulthandler.unregister(usr1)
         for sig, handler in before.items():
             signal.signal(sig, handler)
 
