@@ -338,6 +338,7 @@ async def test_one_sweep_fails_spent_leases_and_backs_off_each_by_its_attempt(
     assert await reaper.reap(store, clock()) == {
         "retried": 2,
         "failed": 1,
+        "returned": 0,
         "expired": 0,
         "workers_dropped": 0,
     }

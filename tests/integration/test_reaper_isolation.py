@@ -97,4 +97,4 @@ async def test_each_step_of_a_sweep_runs_when_the_deadline_step_has_a_bad_queue(
     answer = (await reaping_api.get(f"/v1/namespaces/b/invocations/{late.json()['id']}")).json()
     assert answer["state"] == "expired"  # the good queue's deadline still applies
     assert (await reaping_api.get("/v1/namespaces/b/daemons")).json()["daemons"] == []
-    assert set(swept) == {"retried", "failed", "expired", "workers_dropped"}
+    assert set(swept) == {"retried", "failed", "returned", "expired", "workers_dropped"}

@@ -82,6 +82,7 @@ async def _reap_forever(
     interval_s: float,
     metrics: Metrics | None = None,
     *,
+    notifier: Notifier | None = None,
     working: asyncio.Lock | None = None,
 ) -> None:
     """Return expired leases and drop silent workers, every ``interval_s``; a failed sweep
@@ -94,7 +95,7 @@ async def _reap_forever(
             continue
         try:
             async with working:
-                counts = await reaper.reap(store, clock(), metrics)
+                counts = await reaper.reap(store, clock(), metrics, notifier)
         except Exception:
             log.exception("reaper sweep failed")
             continue
@@ -273,7 +274,12 @@ def create_app(
         if settings.reaper_interval_s > 0:
             sweeping = asyncio.Lock()
             reaping = _reap_forever(
-                store, server_clock, settings.reaper_interval_s, metrics, working=sweeping
+                store,
+                server_clock,
+                settings.reaper_interval_s,
+                metrics,
+                notifier=notifier,
+                working=sweeping,
             )
             tasks.append((asyncio.create_task(reaping, name="lakeshore-reaper"), sweeping))
         if settings.elasticity_enabled:

@@ -27,6 +27,10 @@ class Notifier:
             for tap in self._taps:
                 tap(queue_id)
 
+    def waiting(self) -> int:
+        """How many waits are registered now (each waiting claim or stream follower)."""
+        return len({id(event) for events in self._waiters.values() for event in events})
+
     @contextmanager
     def tapped(self, tap: Callable[[str], None]) -> Iterator[None]:
         """Hand ``tap`` every key notified while inside (on the event loop; it must not

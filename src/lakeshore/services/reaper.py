@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.services.invocations import stream_key
 from lakeshore.services.metrics import Metrics
+from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import leases as lease_store
 from lakeshore.store import wakeups
@@ -29,22 +30,35 @@ log = logging.getLogger("lakeshore.reaper")
 WORKER_TTL_S = 60.0  # a worker not heard from for this long is dropped
 
 
-async def reap(store: Store, now: datetime, metrics: Metrics | None = None) -> dict[str, int]:
+async def reap(
+    store: Store,
+    now: datetime,
+    metrics: Metrics | None = None,
+    notifier: Notifier | None = None,
+) -> dict[str, int]:
     """One sweep; the counts of what each step did (a failed step counts 0, and is logged),
     and, with ``metrics``, its outcomes counted per queue.
 
-    Retried work waits out its backoff, so waiting claims find it on their next re-check.
+    The queues that got work back wake their waiting claims (``notifier`` on this server,
+    a notification on PostgreSQL for the others): work handed back unbegun is due at once,
+    and a retry's claim learns when its backoff ends.
     """
-    counts = {"retried": 0, "failed": 0, "expired": 0, "workers_dropped": 0}
+    counts = {"retried": 0, "failed": 0, "returned": 0, "expired": 0, "workers_dropped": 0}
     outcomes: dict[tuple[str, str], int] = {}
     taken_back: dict[str, int] = {}
+    woken: set[str] = set()
 
     async def leases(conn: AsyncConnection) -> None:
         reaped = await lease_store.reap_expired(conn, now)
         counts.update(reaped.counts)
+        counts["returned"] = sum(reaped.returned.values())
         outcomes.update(reaped.by_queue)
-        for (queue_id, _), n in reaped.by_queue.items():
+        for (queue_id, outcome), n in reaped.by_queue.items():
             taken_back[queue_id] = taken_back.get(queue_id, 0) + n
+            if outcome == "retried":
+                woken.add(queue_id)
+        woken.update(reaped.returned)
+        await wakeups.publish(conn, sorted(woken))
 
     async def deadlines(conn: AsyncConnection) -> None:
         expired = await inv_store.expire_all_overdue(conn, now)
@@ -59,6 +73,8 @@ async def reap(store: Store, now: datetime, metrics: Metrics | None = None) -> d
 
     for name, step in (("leases", leases), ("deadlines", deadlines), ("workers", silent)):
         await _alone(store, name, step)
+    if notifier is not None and woken:
+        notifier.notify(sorted(woken))
     if metrics is not None:
         await _alone_read(lambda: metrics.count_by_queue(store, outcomes, taken_back))
     return counts

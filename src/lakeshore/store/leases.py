@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -269,11 +269,11 @@ def _begun() -> ColumnElement[bool]:
 class Reaped:
     """What :func:`reap_expired` did: ``counts`` by outcome (retried, failed), and
     ``by_queue``: (queue id, outcome) → how many; ``returned``: leases whose attempt never
-    began, back in the queue with it uncounted."""
+    began, back in the queue with it uncounted, by queue id."""
 
     counts: dict[str, int]
     by_queue: dict[tuple[str, str], int]
-    returned: int = 0
+    returned: dict[str, int] = field(default_factory=dict)
 
 
 async def reap_expired(conn: AsyncConnection, now: datetime, *, limit: int = 1000) -> Reaped:
@@ -303,12 +303,13 @@ async def reap_expired(conn: AsyncConnection, now: datetime, *, limit: int = 100
         else:
             charged.append((invocation_id, attempts, max_attempts, queue_id))
     counts, by_queue = await _charge_rows(conn, charged, now, LEASE_EXPIRED)
-    returned = 0
+    returned: dict[str, int] = {}
     if unbegun:
         stmt = _handed_back(now).where(C.id.in_(unbegun), C.state == "running")
-        work = partial(conn.execute, stmt)
-        if await isolated(conn, "returning unbegun leases", unbegun, work) is not None:
-            returned = len(unbegun)
+        work = partial(conn.execute, stmt.returning(C.queue_id))
+        done = await isolated(conn, "returning unbegun leases", unbegun, work)
+        for queue_id in done.scalars() if done is not None else ():
+            returned[str(queue_id)] = returned.get(str(queue_id), 0) + 1
     return Reaped(counts, by_queue, returned)
 
 
