@@ -164,6 +164,34 @@ def test_a_request_that_sends_half_its_body_is_answered_408_and_closed_after_the
     assert "Traceback" not in srv.log()
 
 
+def test_a_pipelined_requests_half_headers_do_not_cut_the_request_before_it(
+    tmp_path: Path, raw: Sockets
+) -> None:
+    """A claim waits 2 s with the next request's headers half sent behind it on the same
+    connection (header deadline 1 s): the claim is answered first; the deadline of the
+    half request runs from that answer, then 408 and the connection closed."""
+    with server(tmp_path, LAKESHORE_HEADER_TIMEOUT_S="1") as srv:
+        hello = httpx.post(
+            f"{srv.url}/v1/workers/hello", json={"queues": ["q"]}, headers=bearer(srv)
+        )
+        body = b'{"timeout_s": 2}'
+        claim = (
+            f"POST /v1/workers/{hello.json()['id']}/claim HTTP/1.1\r\nHost: lakeshore\r\n"
+            f"Authorization: Bearer {srv.admin_token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        pipelined = raw(srv)
+        pipelined.sendall(claim + b"GET /healthz HTTP/1.1\r\nHost: lakeshore\r\n")
+
+        answers = until_closed(pipelined)
+        fired(srv, "header_timeout")
+
+    assert answers.startswith(b"HTTP/1.1 200 OK\r\n"), answers
+    assert b'"invocations":[]' in answers
+    assert answers.count(b"HTTP/1.1 ") == 2
+    assert b"HTTP/1.1 408 Request Timeout\r\n" in answers
+
+
 def _last_seen(backend: str, db: str, worker: str) -> object:
     query = "SELECT last_seen_at FROM workers WHERE name = %s"
     if backend == "sqlite":

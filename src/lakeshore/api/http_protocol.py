@@ -152,10 +152,17 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._lingering:
             return  # answered and closing: read and discarded
         super().data_received(data)
-        # a deadline is armed only for a request still partly unread after a read: most
-        # arrive whole in one, and cost no timer
+        self._arm_for_reading()
+
+    def _arm_for_reading(self) -> None:
+        """The deadline of a request still partly unread after a read (most arrive whole
+        in one, and cost no timer), unless the server is the one late: a request before
+        it (pipelined) still has no answer, and reading waits for that."""
         if self._reading is None or self._deadline is not None or self.transport.is_closing():
             return
+        ahead = self.cycle is not None and not self.cycle.response_complete
+        if self.pipeline or (self._reading == "headers" and ahead):
+            return  # armed when the answer ahead is complete (on_response_complete)
         if self._reading == "headers":
             self._arm(self.shared.limits.header_timeout_s, self._headers_late)
         else:
@@ -178,9 +185,12 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:
             self.shared.idle.pop(self, None)
             self.shared.idle[self] = None  # idle from now: last in line to be closed
+        self._arm_for_reading()  # a pipelined request's turn
 
     # --- the limits firing ---------------------------------------------------------------
 
