@@ -39,6 +39,7 @@ from lakeshore.defaults import (
     default_data_dir,
     read_local_admin_token,
 )
+from lakeshore.domain.retention import MAX_RETENTION_S
 
 __all__ = [
     "ADMIN_TOKEN_FILE",
@@ -164,6 +165,10 @@ class Settings(BaseSettings):
     elasticity_interval_s: float = Field(default=5.0, ge=MIN_INTERVAL_S)
     elasticity_call_timeout_s: float = Field(default=10.0, gt=0, le=600)
     elasticity_noop_retention_s: float = Field(default=86_400.0, gt=0)
+    # finished invocations and decision events are deleted after these (docs/taskqueue.md)
+    retention_s: float = Field(default=604_800.0, gt=0, le=MAX_RETENTION_S)
+    event_retention_s: float = Field(default=604_800.0, gt=0, le=MAX_RETENTION_S)
+    retention_interval_s: float = Field(default=60.0, ge=0)  # 0, or at least MIN_INTERVAL_S
     allowed_scalers: str = ""
     metrics_public: bool = False
     forwarded_allow_ips: str = "127.0.0.1,::1"
@@ -199,10 +204,10 @@ class Settings(BaseSettings):
     def _lower_case(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("reaper_interval_s", mode="wrap")
+    @field_validator("reaper_interval_s", "retention_interval_s", mode="wrap")
     @classmethod
     def _never_or_a_floor(cls, value: object, handler: ValidatorFunctionWrapHandler) -> float:
-        """``0`` turns the reaper off; any other period has the loops' floor."""
+        """``0`` turns the loop off; any other period has the loops' floor."""
         period: float = handler(value)
         if 0 < period < MIN_INTERVAL_S:
             raise ValueError(

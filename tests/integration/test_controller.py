@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from lakeshore.config import Settings
 from lakeshore.providers import LaunchRequest
 from lakeshore.providers.fake import FakeProvider
-from lakeshore.services import reaper
+from lakeshore.services import reaper, retention
 from lakeshore.store import controller as ctl_store
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import controller_state, elasticity_events, launches
@@ -480,7 +480,9 @@ async def test_old_noops_are_pruned_and_decisions_that_acted_are_kept(
     await tick(api)  # scale_down
     await tick(api)  # no-op
     clock.advance(86_400 + 61)
-    await tick(api)  # no-op, and a prune of the day-old one
+    windows = retention.Windows(noop_retention_s=86_400)  # acted: a week; no-ops: a day
+    assert (await retention.sweep(store, clock(), windows)).events == 1
+    await tick(api)  # a no-op of its own
     async with store.read() as conn:
         actions = (
             (

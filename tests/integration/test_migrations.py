@@ -115,7 +115,8 @@ def _fill(conn: Connection) -> None:
 
 # columns added after the earliest revision these tests start from (0006): compared by
 # the tests of the migration that adds them
-_LATER = {("invocations", "begun_attempt")}  # 0009
+_LATER = {("invocations", "begun_attempt"), ("queues", "retention_s")}  # 0009, 0011
+_LATER_INDEXES = {"ix_invocations_finished"}  # 0011
 
 
 def _contents(conn: Connection) -> dict[str, list[Any]]:
@@ -246,7 +247,7 @@ def test_0009_adds_the_begun_attempt_and_keeps_every_row(empty_url: str) -> None
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
         begun = conn.execute(select(invocations.c.begun_attempt)).scalars().all()
         assert begun == [None] * 4  # not known to have begun
-        indexes = set(_index_definitions(conn))
+        indexes = set(_index_definitions(conn)) - _LATER_INDEXES
     _alembic(empty_url, "downgrade", "0008")  # and back, rows and indexes kept
     with engine.begin() as conn:
         assert _contents(conn) == before
@@ -291,4 +292,23 @@ def test_0010_adds_the_dashboard_sessions_and_keeps_every_row(empty_url: str) ->
     migrate(parse_url(empty_url))
     with engine.begin() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    engine.dispose()
+
+
+def test_0011_adds_the_retention_window_and_the_sweeps_index_keeping_every_row(
+    empty_url: str,
+) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0010")
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert set(conn.execute(select(queues.c.retention_s)).scalars()) == {None}
+        made = _index_definitions(conn)["ix_invocations_finished"]
+        assert "'succeeded'" in made and "'expired'" in made, made  # finished rows only
+    _alembic(empty_url, "downgrade", "0010")  # and back, rows kept
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert "ix_invocations_finished" not in _index_definitions(conn)
+        columns = {c["name"] for c in inspect(conn).get_columns("queues")}
+        assert "retention_s" not in columns
     engine.dispose()

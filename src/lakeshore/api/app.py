@@ -39,16 +39,18 @@ from lakeshore.api.routes import (
 from lakeshore.api.routes import (
     metrics as metrics_routes,
 )
+from lakeshore.api.routes import schedules as schedule_routes
 from lakeshore.api.routes import workers as worker_routes
 from lakeshore.api.single_headers import SingleHeaders
 from lakeshore.api.ui import pages as ui_pages
 from lakeshore.api.ui.session import Sessions
 from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
-from lakeshore.services import auth, elasticity_loop, reaper
+from lakeshore.services import auth, elasticity_loop, reaper, retention
 from lakeshore.services import local_fleet as local_fleet_service
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
+from lakeshore.services import schedules as schedule_service
 from lakeshore.services.controller import Controller
 from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.metrics import Metrics
@@ -101,6 +103,31 @@ async def _reap_forever(
             continue
         if any(counts.values()):
             log.info("reaper: %s", counts)
+
+
+def _start_retention(
+    settings: Settings, store: Store, leadership: Leadership, clock: Clock, metrics: Metrics
+) -> list[tuple[asyncio.Task[None], asyncio.Lock | None]]:
+    """The retention sweep's loop (it deletes only where this server leads) with its lock,
+    unless its interval is 0."""
+    if settings.retention_interval_s <= 0:
+        return []
+    deleting = asyncio.Lock()
+    windows = retention.Windows(
+        retention_s=settings.retention_s,
+        event_retention_s=settings.event_retention_s,
+        noop_retention_s=settings.elasticity_noop_retention_s,
+    )
+    pruning = retention.run_forever(
+        store,
+        leadership,
+        clock,
+        settings.retention_interval_s,
+        windows,
+        metrics,
+        working=deleting,
+    )
+    return [(asyncio.create_task(pruning, name="lakeshore-retention"), deleting)]
 
 
 STOP_WAIT_S = 10.0  # the longest shutdown waits for a loop's step to end
@@ -240,7 +267,6 @@ def create_app(
             node_id=settings.node_id,
             call_timeout_s=settings.elasticity_call_timeout_s,
             allowed_scalers=settings.scaler_paths,
-            noop_retention_s=settings.elasticity_noop_retention_s,
             notifier=notifier,
             metrics=metrics,
         )
@@ -282,12 +308,19 @@ def create_app(
                 working=sweeping,
             )
             tasks.append((asyncio.create_task(reaping, name="lakeshore-reaper"), sweeping))
+        tasks.extend(_start_retention(settings, store, leadership, server_clock, metrics))
         if settings.elasticity_enabled:
             ticking = asyncio.Lock()
             controlling = elasticity_loop.run_forever(
                 controller, leadership, settings.elasticity_interval_s, working=ticking
             )
             tasks.append((asyncio.create_task(controlling, name="lakeshore-controller"), ticking))
+            # the leader enqueues the schedules' due slots, under the same leadership
+            scheduling = asyncio.Lock()
+            enqueuing = schedule_service.run_forever(
+                store, notifier, leadership, server_clock, working=scheduling
+            )
+            tasks.append((asyncio.create_task(enqueuing, name="lakeshore-schedules"), scheduling))
         fleet = _LocalFleet(store, server_clock, tasks) if local_fleet else None
         if fleet is not None:
             app.state.lakeshore.before_stop = fleet.stop
@@ -330,6 +363,7 @@ def create_app(
         metrics_routes.router,
         namespaces.router,
         queues.router,
+        schedule_routes.router,
         providers.router,
         admin.router,
         feed.router,

@@ -36,6 +36,7 @@ from lakeshore.domain.kinds import (
     normalize_elasticity_kind,
 )
 from lakeshore.domain.names import Name
+from lakeshore.domain.retention import MAX_RETENTION_S
 from lakeshore.domain.states import QueueState
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import InvalidInput
@@ -235,6 +236,10 @@ class QueueSpec(BaseModel):
     daemon_template: DaemonTemplate | None = None
     custom_scaler_udf: Annotated[StrictStr, AfterValidator(_check_import_path)] | None = None
     server_node_id: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
+    # spelled as the setting it overrides (LAKESHORE_RETENTION_S), not ``retentionS``
+    retention_s: Annotated[float, Field(gt=0, le=MAX_RETENTION_S)] | None = Field(
+        default=None, alias="retention_s"
+    )
 
     def to_json(self) -> dict[str, Any]:
         """The record as the API and the store spell it (camelCase, unset fields omitted)."""

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import RowMapping
@@ -41,8 +41,6 @@ log = logging.getLogger("lakeshore.controller")
 
 Clock = Callable[[], datetime]
 DEFAULT_CALL_TIMEOUT_S = 10.0
-DEFAULT_NOOP_RETENTION_S = 86_400.0  # a day of no-ops; decisions that acted are kept
-PRUNE_EVERY = timedelta(minutes=1)
 NO_PROVIDER = "(none)"  # a victim no launch of the controller's started: the label it gets
 
 
@@ -56,7 +54,6 @@ class Controller:
         node_id: str | None = None,
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         allowed_scalers: Sequence[str] = (),
-        noop_retention_s: float = DEFAULT_NOOP_RETENTION_S,
         notifier: Notifier | None = None,
         metrics: Metrics | None = None,
     ) -> None:
@@ -67,7 +64,6 @@ class Controller:
         self.node_id = node_id
         self.call_timeout_s = call_timeout_s
         self.scalers = scalers.Registry(allowed_scalers)
-        self.noop_retention_s = noop_retention_s
         self.notifier = notifier or Notifier()
         self.ops = FleetOps(
             store,
@@ -81,7 +77,6 @@ class Controller:
         # (no daemon, nothing in flight, nothing pending, a target policy): a submit to
         # one of these queues is planned at once (see :meth:`nudge`)
         self.at_zero: dict[str, tuple[str, str]] = {}
-        self._pruned_at: datetime | None = None
         self._queues = ctl_store.QueueCache()  # parsed queues, kept while unchanged
         # scope → (id, fingerprint) of the last no-op row written for it, to fold into
         self._last_rows: dict[Key, tuple[int, tuple[Any, ...]]] = {}
@@ -198,16 +193,7 @@ class Controller:
             self._last_rows = {k: v for k, v in self._last_rows.items() if k in self._previous}
         else:
             self._previous.update((step.key, step) for step in steps)
-            await self._prune(now)
         return final
-
-    async def _prune(self, now: datetime) -> None:
-        """Drop no-op events past their retention, at most once a minute."""
-        if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
-            return
-        self._pruned_at = now
-        async with self.store.write() as conn:
-            await ctl_store.prune_noops(conn, now - timedelta(seconds=self.noop_retention_s))
 
     async def _ask_scalers(self, steps: list[plan.Step], snap: Snapshot) -> list[plan.Step]:
         """Settle the steps that wait on a custom scaler: the scalers are asked together

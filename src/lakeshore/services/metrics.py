@@ -124,6 +124,15 @@ class Metrics:
             buckets=_WAIT_BUCKETS,
             registry=self.registry,
         )
+        self.retention_deleted = Counter(
+            "lakeshore_retention_deleted",
+            "Rows this replica's retention sweep deleted past their window, by kind: "
+            "invocations, stream_items, events.",
+            ["kind"],
+            registry=self.registry,
+        )
+        for kind in ("invocations", "stream_items", "events"):
+            self.retention_deleted.labels(kind)  # shown at 0 before the first deletion
         # names for the labels, looked up once per queue or namespace (names never change)
         self._queue_names: LRUCache[str, tuple[str, str]] = LRUCache(NAMES_KEPT)
         self._namespace_names: LRUCache[str, str] = LRUCache(NAMES_KEPT)
@@ -136,6 +145,18 @@ class Metrics:
         for outcome in outcomes:
             action, rule = str(outcome.get("action")), str(outcome.get("rule") or "")
             self.decisions.labels(action, rule).inc()
+
+    def count_retention(
+        self, *, invocations: int = 0, stream_items: int = 0, events: int = 0
+    ) -> None:
+        """Rows a retention batch deleted."""
+        for kind, n in (
+            ("invocations", invocations),
+            ("stream_items", stream_items),
+            ("events", events),
+        ):
+            if n:
+                self.retention_deleted.labels(kind).inc(n)
 
     # --- invocations ---------------------------------------------------------------------
 

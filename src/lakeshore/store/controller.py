@@ -404,16 +404,6 @@ async def fold_events(conn: AsyncConnection, ids: Sequence[int], now: datetime) 
     return {int(i) for i in (await conn.execute(query)).scalars()}
 
 
-async def prune_noops(conn: AsyncConnection, before: datetime) -> int:
-    """Delete no-op events last decided before ``before`` (decisions that acted are kept)."""
-    e = elasticity_events.c
-    last = func.coalesce(e.last_at, e.created_at)
-    done = await conn.execute(
-        delete(elasticity_events).where(e.action == "tick_noop", last < before)
-    )
-    return int(done.rowcount)
-
-
 async def retire_if_idle(conn: AsyncConnection, worker_id: str) -> str:
     """Mark the worker retiring if it holds no running invocation: 'retiring', 'busy' or
     'gone'. The worker's row is locked first, so a claim in progress finishes before the

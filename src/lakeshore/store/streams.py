@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -49,3 +49,12 @@ async def read_after(
 async def count(conn: AsyncConnection, invocation_id: str) -> int:
     query = select(func.count()).where(C.invocation_id == invocation_id)
     return int((await conn.execute(query)).scalar_one())
+
+
+async def delete_of(conn: AsyncConnection, invocation_ids: Sequence[str]) -> int:
+    """Delete the items of these invocations (the retention sweep, before the invocations
+    themselves): how many went."""
+    if not invocation_ids:
+        return 0
+    done = await conn.execute(delete(stream_items).where(C.invocation_id.in_(invocation_ids)))
+    return int(done.rowcount)

@@ -35,6 +35,9 @@ metadata = MetaData(
 )
 
 ID = String(40)
+# the finished states, as the retention sweep and its partial index both spell them (a
+# partial index serves a query whose condition is written as its own)
+FINISHED = "state IN ('succeeded', 'failed', 'cancelled', 'expired')"
 CASCADE = "CASCADE"
 
 namespaces = Table(
@@ -85,6 +88,8 @@ queues = Table(
     # counts the row's writes (spec and state): the controller re-reads a queue only
     # when it moved (0004)
     Column("revision", Integer, nullable=False, server_default="0"),
+    # seconds a finished invocation is kept; null: the server's LAKESHORE_RETENTION_S (0011)
+    Column("retention_s", Float, nullable=True),
     UniqueConstraint("namespace_id", "name"),
     Index(None, "state", "pool"),  # the controller's sweep of active queues
 )
@@ -194,6 +199,14 @@ invocations = Table(
         sqlite_where=text("state = 'running'"),
         postgresql_where=text("state = 'running'"),
     ),
+    # the retention sweep: a queue's finished invocations, oldest first, and only them (0011)
+    Index(
+        "ix_invocations_finished",
+        "queue_id",
+        "finished_at",
+        sqlite_where=text(FINISHED),
+        postgresql_where=text(FINISHED),
+    ),
     # a worker's invocations, its running ones a range however many it has finished
     # (0008); rows without a worker (every submit's) are not indexed
     Index(
@@ -253,6 +266,8 @@ elasticity_events = Table(
         sqlite_where=text("action <> 'tick_noop'"),
         postgresql_where=text("action <> 'tick_noop'"),
     ),
+    # the retention sweep of every event, oldest first (0011)
+    Index(None, "created_at"),
     # pruning old no-ops
     Index(
         "ix_elasticity_events_noop_age",

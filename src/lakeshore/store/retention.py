@@ -1,0 +1,71 @@
+"""The retention sweep's SQL: finished invocations (with their stream items) and decision
+events past their window, deleted one bounded batch per call.
+
+Each call is meant to be its own transaction, short whatever the size of the backlog:
+it picks at most ``limit`` rows through an index that holds only candidates
+(``ix_invocations_finished``: a queue's finished invocations by ``finished_at``;
+``ix_elasticity_events_created_at``), so it reads the rows it deletes and nothing that
+a claim or a submit is working on (pending and running rows are not in the index).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import Select, delete, func, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.store import streams
+from lakeshore.store.tables import FINISHED, elasticity_events, invocations, queues
+
+INV = invocations.c
+E = elasticity_events.c
+
+
+async def queue_windows(conn: AsyncConnection) -> dict[str, float | None]:
+    """Every queue's own ``retention_s`` (None: the server's), by queue id."""
+    rows = await conn.execute(select(queues.c.id, queues.c.retention_s))
+    return {queue_id: retention for queue_id, retention in rows.all()}
+
+
+def finished_batch(queue_id: str, before: datetime, limit: int) -> Select[tuple[str]]:
+    """The ids of the queue's next batch: finished before ``before``, oldest first (read
+    through ``ix_invocations_finished``, whose condition it repeats word for word)."""
+    return (
+        select(INV.id)
+        .where(INV.queue_id == queue_id, text(FINISHED), INV.finished_at < before)
+        .order_by(INV.finished_at)
+        .limit(limit)
+    )
+
+
+async def delete_finished(
+    conn: AsyncConnection, queue_id: str, before: datetime, *, limit: int
+) -> tuple[int, int]:
+    """Delete up to ``limit`` of the queue's invocations that finished before ``before``,
+    oldest first, and their stream items: (invocations, stream items) deleted."""
+    found = await conn.execute(finished_batch(queue_id, before, limit))
+    ids: Sequence[str] = [str(i) for i in found.scalars()]
+    if not ids:
+        return 0, 0
+    items = await streams.delete_of(conn, ids)
+    done = await conn.execute(delete(invocations).where(INV.id.in_(ids), text(FINISHED)))
+    return int(done.rowcount), items
+
+
+async def delete_events(
+    conn: AsyncConnection, before: datetime, *, limit: int, noops_only: bool = False
+) -> int:
+    """Delete up to ``limit`` decision events last decided before ``before`` (a folded
+    no-op counts from its last tick, ``last_at``), oldest first; ``noops_only``: only
+    no-ops. How many went."""
+    last = func.coalesce(E.last_at, E.created_at)
+    picked = select(E.id).where(E.created_at < before, last < before)
+    if noops_only:
+        picked = picked.where(E.action == "tick_noop")
+    ids = (await conn.execute(picked.order_by(E.created_at).limit(limit))).scalars().all()
+    if not ids:
+        return 0
+    done = await conn.execute(delete(elasticity_events).where(E.id.in_(ids)))
+    return int(done.rowcount)
