@@ -20,6 +20,7 @@ from lakeshore.cli import (
     output,
     providers,
     queues,
+    schedules,
 )
 from lakeshore.cli.apply_command import apply
 from lakeshore.cli.client import CliError
@@ -96,6 +97,7 @@ app.command("up")(up)
 app.command("demo")(demo)
 feed.register(queues.app)
 app.add_typer(queues.app, name="queues")
+app.add_typer(schedules.app, name="schedules")
 app.add_typer(feed.pools, name="pools")
 app.add_typer(feed.controller, name="controller")
 app.add_typer(providers.app, name="providers")

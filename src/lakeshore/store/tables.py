@@ -325,3 +325,22 @@ ui_sessions = Table(
     Index(None, "token_id"),  # a revoked token's sessions
     Index(None, "expires_at"),  # the expired ones, deleted a batch at a time
 )
+
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("namespace_id", ID, ForeignKey("namespaces.id", ondelete=CASCADE), nullable=False),
+    Column("queue_id", ID, ForeignKey("queues.id", ondelete=CASCADE), nullable=False),
+    Column("name", String(63), nullable=False),
+    # the definition, as lakeshore.domain.schedules.ScheduleSpec.to_json writes it
+    Column("spec", Json, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    # the last slot the leader dealt with (enqueued or skipped); at first the creation
+    # time, so a new schedule's first slot is the first one after it (0012)
+    Column("last_slot", UTCDateTime(), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("queue_id", "name"),
+    Index(None, "enabled"),  # the leader's sweep of enabled schedules
+)

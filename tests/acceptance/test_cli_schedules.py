@@ -1,0 +1,91 @@
+"""``lakeshore schedules`` against a real ``lakeshore server``, on SQLite and PostgreSQL:
+create, list, show, pause, resume, delete, bad input, and the server enqueueing a slot."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.acceptance.conftest import Cli, LakeshoreServer
+
+pytestmark = pytest.mark.acceptance
+
+
+@pytest.fixture
+def http(server: LakeshoreServer) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {server.admin_token}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def queue(http: httpx.Client) -> str:
+    name = f"sched-{secrets.token_hex(4)}"
+    assert http.post("/v1/namespaces/default/queues", json={"name": name}).status_code == 201
+    return name
+
+
+def test_create_list_show_pause_resume_delete(cli: Cli, queue: str, http: httpx.Client) -> None:
+    made = cli.run(
+        "schedules", "create", "tick", "--queue", queue, "--every", "1s",
+        "--fn", "tests.udfs:add", "--arg", "1", "--arg", "2", "--kwargs", '{"x": "y"}',
+        "--catch-up", "all", "-o", "json",
+    ).json()  # fmt: skip
+    assert (made["every_s"], made["args"], made["kwargs"]) == (1, [1, 2], {"x": "y"})
+    assert made["catch_up"] == "all" and made["timezone"] == "UTC"
+    nightly = cli.run(
+        "schedules", "create", "nightly", "-q", queue, "--cron", "30 2 * * *",
+        "--timezone", "Europe/Berlin", "--fn", "tests.udfs:add", "-o", "yaml",
+    )  # fmt: skip
+    assert nightly.returncode == 0, nightly
+    assert "timezone: Europe/Berlin" in nightly.stdout
+
+    # the server's leader submits tick's slots, keyed by schedule and slot
+    deadline = time.monotonic() + 20
+    made_by_schedule: list[dict[str, object]] = []
+    while not made_by_schedule and time.monotonic() < deadline:
+        found = http.get(f"/v1/namespaces/default/queues/{queue}/invocations").json()
+        made_by_schedule = found["invocations"]
+        time.sleep(0.2)
+    [first, *_] = made_by_schedule
+    assert str(first["key"]).startswith("schedule:tick:")
+    assert first["args"] == [1, 2] and first["kwargs"] == {"x": "y"}
+
+    table = cli.run("schedules", "list", "--queue", queue, "-o", "wide")
+    assert table.returncode == 0, table
+    assert (
+        "nightly" in table.stdout and "every 1s" in table.stdout and "Europe/Berlin" in table.stdout
+    )
+
+    paused = cli.run("schedules", "pause", "tick", "--queue", queue)
+    assert paused.returncode == 0 and "paused" in paused.stdout, paused
+    shown = cli.run("schedules", "show", "tick", "--queue", queue, "--json").json()
+    assert shown["enabled"] is False and shown["next_slot"] is None
+    resumed = cli.run("schedules", "resume", "tick", "--queue", queue, "-o", "json").json()
+    assert resumed["enabled"] is True
+
+    assert cli.run("schedules", "delete", "tick", "--queue", queue).returncode == 0
+    names = [s["name"] for s in cli.run("schedules", "list", "-q", queue, "--json").json()]
+    assert names == ["nightly"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--cron", "99 * * * *"], "not a valid cron expression"),
+        (["--every", "soon"], "is not a duration"),
+        (["--every", "0s"], "every_s"),
+        (["--cron", "* * * * *", "--every", "5s"], "give one of --cron and --every"),
+        (["--every", "5s", "--timezone", "Moon/Base"], "not an IANA time zone"),
+        (["--every", "5s", "--arg", "{nope"], "is not JSON"),
+    ],
+)
+def test_bad_input_is_one_clear_line(cli: Cli, queue: str, args: list[str], words: str) -> None:
+    result = cli.run("schedules", "create", "x", "--queue", queue, "--fn", "m:f", *args)
+    assert result.returncode != 0, result
+    assert "Traceback" not in result.stdout + result.stderr
+    assert words in result.message, result
