@@ -725,11 +725,12 @@ async def test_a_worker_that_holds_all_it_may_is_handed_nothing(
     assert [i["id"] for i in await claim(api, worker)] == [later["id"]]
 
 
-async def test_work_pending_in_the_queue_is_not_jumped(
+async def test_work_not_due_in_the_queue_does_not_hold_back_a_hand_off(
     rare_recheck_api: httpx.AsyncClient, room: Waiting, clock: FakeClock
 ) -> None:
-    """An invocation waiting out a retry's backoff is pending: a new submit to its
-    queue goes in pending too, behind it, not handed past it."""
+    """An invocation waiting out a retry's backoff is pending but not claimable: a new
+    submit to its queue is handed to the waiting claim, as a claim would take it, and
+    the retry is claimed once its backoff ends."""
     api = rare_recheck_api
     worker = await hello(api, ["q"])
     backing_off = await submit(api, "q", max_attempts=2)
@@ -738,9 +739,10 @@ async def test_work_pending_in_the_queue_is_not_jumped(
     await api.post(f"{W}/{worker}/invocations/{got['id']}/fail", json={"error": error})
     waiting = await waiting_claim(api, room, worker, await queue_id_of(api, "q"))
     later = await submit(api, "q")
-    assert later["state"] == "pending"
+    assert later["state"] == "running"
     answer = await asyncio.wait_for(waiting, timeout=10)
     assert [i["id"] for i in answer.json()["invocations"]] == [later["id"]]
+    await api.post(f"{W}/{worker}/invocations/{later['id']}/complete", json={"result": 1})
     clock.advance(worker_service.LEASE_S)
     [again] = await claim(api, worker)
     assert again["id"] == backing_off["id"]

@@ -33,6 +33,7 @@ from sqlalchemy import (
     case,
     cast,
     delete,
+    exists,
     func,
     literal,
     literal_column,
@@ -46,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines, jsonsafe
-from lakeshore.store import prepared, wakeups
+from lakeshore.store import claimable, prepared, wakeups
 from lakeshore.store.driver import psycopg_text
 from lakeshore.store.isolated import isolated
 from lakeshore.store.prepared import Prepared
@@ -259,21 +260,33 @@ async def insert_one_at(
 
 # A submit handed to a claim that waits in this server (services/handoff.py): the row
 # goes in leased to that worker when, at the statement's own moment, the worker may
-# take it as a claim would: its row not retiring and not held by another transaction
-# (SKIP LOCKED: a claim or a retirement under way, and the row goes in pending), still
-# subscribed to the queue, running fewer than it may hold, and nothing pending in the
-# queue to take first. On PostgreSQL the worker's row is locked within the statement,
-# whose reads keep the snapshot taken at its start: a claim that committed between
-# that snapshot and the lock would go uncounted, so the lock's version of the row must
-# be the snapshot's (``xmin``, moved by every claim's touch). Otherwise it goes in
-# pending, as any submit. Either way, the queue as the copy saw it (``revision``).
+# take it as a claim would (store/claimable.py's rule, asked of the row about to go in,
+# its columns this statement's parameters: due now, not delayed; the queue dispatching;
+# the worker subscribed and running fewer than it may hold), its row not retiring and
+# not held by another transaction (SKIP LOCKED: a claim or a retirement under way, and
+# the row goes in pending), and nothing claimable in the queue to take first (the same
+# rule, asked of the stored rows). On PostgreSQL the worker's row is locked within the
+# statement, whose reads keep the snapshot taken at its start: a claim that committed
+# between that snapshot and the lock would go uncounted, so the lock's version of the
+# row must be the snapshot's (``xmin``, moved by every claim's touch). Otherwise it goes
+# in pending, as any submit. Either way, the queue as the copy saw it (``revision``).
 _HANDED_COLUMNS = (*OWN, *SHARED, "created_at", "worker_id", "started_at", "lease_expires_at")
-_WORKER_MAY_TAKE = (
-    "EXISTS (SELECT 1 FROM worker_queues WHERE worker_id = :worker_id AND queue_id = :queue_id)"
-    " AND (SELECT count(*) FROM invocations WHERE worker_id = :worker_id"
-    " AND state = 'running') < :holds"
-    " AND NOT EXISTS (SELECT 1 FROM invocations WHERE queue_id = :queue_id AND state = 'pending')"
-)
+
+
+def _worker_may_take(dialect: str) -> str:
+    """The rule (:func:`claimable.may_take`) as this statement's text, for ``dialect``."""
+    at = "CAST(:{} AS timestamptz)" if dialect == "postgresql" else ":{}"
+    now: ColumnElement[Any] = literal_column(at.format("created_at"))
+    queue_id: ColumnElement[Any] = literal_column(":queue_id")
+    fresh = claimable.Candidate(
+        state=claimable.PENDING,
+        available_at=literal_column(at.format("available_at")),
+        queue_id=queue_id,
+    )
+    taker = claimable.Taker(worker_id=literal_column(":worker_id"), holds=literal_column(":holds"))
+    stored = claimable.Candidate(state=C.state, available_at=C.available_at, queue_id=queue_id)
+    first = select(C.id).where(C.queue_id == queue_id, claimable.may_take(stored, now))
+    return claimable.as_text(and_(claimable.may_take(fresh, now, taker), ~exists(first)))
 
 
 def _handed_document(dialect: str) -> Any:
@@ -298,7 +311,7 @@ def _handed_document(dialect: str) -> Any:
             " WHERE id = :worker_id AND NOT retiring FOR UPDATE SKIP LOCKED),"
             # once, not once per CASE below
             " handed AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM held"
-            f" JOIN seen USING (version) WHERE {_WORKER_MAY_TAKE}) AS yes),"
+            f" JOIN seen USING (version) WHERE {_worker_may_take(dialect)}) AS yes),"
             f" inserted AS (INSERT INTO invocations ({names}) SELECT {values}"
             f" FROM queue, handed AS h ON CONFLICT {ON_KEY} DO NOTHING RETURNING state),"
             # a row handed on is no claim's to take: only a pending one wakes the queue
@@ -321,7 +334,7 @@ def _handed_document(dialect: str) -> Any:
     sql = (  # SQLite: one writer at a time, so the conditions hold as they are read
         f"INSERT INTO invocations ({names}) SELECT {values} FROM (SELECT"
         " EXISTS (SELECT 1 FROM workers WHERE id = :worker_id AND NOT retiring)"
-        f" AND {_WORKER_MAY_TAKE} AS yes) AS h"
+        f" AND {_worker_may_take(dialect)} AS yes) AS h"
         f" WHERE EXISTS (SELECT 1 FROM queues WHERE {_AT})"
         f" ON CONFLICT {ON_KEY} DO NOTHING RETURNING state"
     )
@@ -500,7 +513,13 @@ async def claim(
         return _in_order(kind, (await conn.execute(stmt, params)).mappings().all())
     query = (
         select(C.id, C.priority)
-        .where(C.queue_id == queue_id, C.state == "pending", C.available_at <= now)
+        .where(
+            C.queue_id == queue_id,
+            claimable.may_take(
+                _in_queue(bindparam("b_queue", queue_id)),
+                bindparam("b_at", now, type_=C.available_at.type),
+            ),
+        )
         .order_by(*_ORDER["boltzmann"])
         .limit(disciplines.candidate_count(limit))
     )
@@ -521,6 +540,12 @@ async def claim(
 
 
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
+
+
+def _in_queue(queue_id: ColumnElement[Any]) -> claimable.Candidate:
+    """A claim's candidates: the stored rows of the one queue it picks from (named by
+    the claim's own value, so the queue's term is read once, not once per row)."""
+    return claimable.Candidate(state=C.state, available_at=C.available_at, queue_id=queue_id)
 
 
 def _leased(pg: bool) -> dict[str, Any]:
@@ -571,9 +596,10 @@ def _lease_statement(kind: str, pg: bool) -> Any:
     runs once, first; every other plan reads the whole table, whose size in pages the
     planner knows however old its statistics are)."""
     now = bindparam("b_now", type_=C.available_at.type)
+    queue_id: ColumnElement[Any] = bindparam("b_queue_id")
     picked = (
         select(C.id)
-        .where(C.queue_id == bindparam("b_queue_id"), C.state == "pending", C.available_at <= now)
+        .where(C.queue_id == queue_id, claimable.may_take(_in_queue(queue_id), now))
         .order_by(*_ORDER[kind])
         .limit(bindparam("b_limit"))
     )

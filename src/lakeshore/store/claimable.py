@@ -1,0 +1,118 @@
+"""May this worker take this invocation now: the one rule, as one SQL expression.
+
+A claim picks stored rows by it (``store.invocations.claim``); the hand-off of a fresh
+submit to a waiting claim (``store.invocations.insert_one_handed``) asks it of the row
+it is about to insert, whose columns are then the statement's parameters, and of the
+queue's stored rows (nothing claimable there to take first). Both build the expression
+here, once per statement and dialect, from a :class:`Candidate`: which columns (or
+values) stand for the invocation, and the bind parameters for the moment and the
+worker. A new rule is a new term in :func:`may_take`, never a second copy.
+
+The terms: the invocation is ``pending``; it is due (``available_at``, the end of a
+retry's backoff or a delayed submit's due time, not after ``now``); its queue
+dispatches (``active`` or ``draining``); and, when a worker is named, the worker is
+subscribed to the queue and holds fewer running invocations than it may. A claim
+already knows its worker's subscriptions and free slots from the read that chose its
+queues (``store.workers.claim_view``, which a claim needs anyway to choose them, steal
+included) and leases at most the free slots, so it builds the expression without the
+worker's terms; the hand-off, which reads nothing first, with them. What a token may
+claim (``authPolicy``) is decided from the token's scopes, which the database never
+sees: ``services.claims`` and ``services.handoff`` check it before either statement.
+
+:func:`scheduled` is the other side of the due-time term: a delayed submit not due yet
+(pending, never attempted, ``available_at`` after ``now``), which ``stats`` and the
+elasticity signals count apart from ``pending`` (:func:`waiting`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, exists, func, literal_column, not_, or_, select
+from sqlalchemy.engine.default import DefaultDialect
+
+from lakeshore.store.tables import invocations, queues, worker_queues
+
+C = invocations.c
+DISPATCHING = ("active", "draining")  # a queue whose pending work may be claimed
+_PLAIN = DefaultDialect()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What stands for the invocation in the rule: a stored row's columns, or the
+    values of a row about to be inserted (bind parameters)."""
+
+    state: ColumnElement[Any]
+    available_at: ColumnElement[Any]
+    queue_id: ColumnElement[Any]
+
+
+@dataclass(frozen=True)
+class Taker:
+    """The worker the rule asks about, as bind parameters: its id and how many
+    invocations it may hold at once."""
+
+    worker_id: ColumnElement[Any]
+    holds: ColumnElement[Any]
+
+
+STORED = Candidate(state=C.state, available_at=C.available_at, queue_id=C.queue_id)
+
+
+def _word(value: str) -> ColumnElement[Any]:
+    # a constant written into the text, not a parameter: the expression also goes,
+    # as text, into statements written by hand (store.invocations' hand-off)
+    return literal_column(f"'{value}'")
+
+
+PENDING, RUNNING = _word("pending"), _word("running")
+
+
+def may_take(
+    row: Candidate, now: ColumnElement[Any], taker: Taker | None = None
+) -> ColumnElement[bool]:
+    """The rule, over ``row`` at ``now``; with ``taker``, for that worker."""
+    terms: list[ColumnElement[bool]] = [
+        row.state == PENDING,
+        row.available_at <= now,
+        exists().where(
+            queues.c.id == row.queue_id, queues.c.state.in_([_word(s) for s in DISPATCHING])
+        ),
+    ]
+    if taker is not None:
+        running = (
+            select(func.count())
+            .select_from(invocations)
+            .where(C.worker_id == taker.worker_id, C.state == RUNNING)
+            .scalar_subquery()
+        )
+        terms += [
+            exists().where(
+                worker_queues.c.worker_id == taker.worker_id,
+                worker_queues.c.queue_id == row.queue_id,
+            ),
+            running < taker.holds,
+        ]
+    return and_(*terms)
+
+
+def scheduled(now: Any) -> ColumnElement[bool]:
+    """A delayed submit not due yet at ``now``: pending, never attempted, and
+    ``available_at`` after ``now`` (a retry waiting out its backoff has attempts)."""
+    return and_(C.state == PENDING, C.attempts == 0, C.available_at > now)
+
+
+def waiting(now: Any) -> ColumnElement[bool]:
+    """Pending and not :func:`scheduled`: what ``stats`` and the elasticity signals count
+    as ``pending`` (a retry's backoff included, as before delays)."""
+    return and_(C.state == PENDING, or_(C.attempts > 0, not_(C.available_at > now)))
+
+
+def as_text(expression: ColumnElement[Any]) -> str:
+    """``expression`` as SQL text both stores parse, for a statement written by hand:
+    its candidate, worker and moment given as text (``literal_column(":name")``) so the
+    hand's own parameters stand in them."""
+    compiled = expression.compile(dialect=_PLAIN, compile_kwargs={"literal_binds": True})
+    return " ".join(str(compiled).split())
