@@ -38,6 +38,14 @@ ThresholdLow = Annotated[
 ]
 Pool = Annotated[str | None, typer.Option("--pool", help="Shared pool to tick this queue in.")]
 Description = Annotated[str | None, typer.Option("--description", help="What the queue is for.")]
+Retention = Annotated[
+    float | None,
+    typer.Option(
+        "--retention-s",
+        help="Seconds a finished invocation (and its stream) is kept, and its key remembered; "
+        "unset: the server's LAKESHORE_RETENTION_S (7 days).",
+    ),
+]
 
 
 def elasticity_kind(value: str) -> str:
@@ -71,9 +79,14 @@ def _scaling(
 
 
 def _plain_fields(
-    kind: str | None, provider: str | None, description: str | None
+    kind: str | None, provider: str | None, description: str | None, retention_s: float | None
 ) -> dict[str, Any]:
-    given = {"kind": kind, "providerRef": provider, "description": description}
+    given = {
+        "kind": kind,
+        "providerRef": provider,
+        "description": description,
+        "retention_s": retention_s,
+    }
     return {field: value for field, value in given.items() if value is not None}
 
 
@@ -113,11 +126,12 @@ def create(
     threshold_low: ThresholdLow = None,
     pool: Pool = None,
     description: Description = None,
+    retention_s: Retention = None,
     as_json: Json = False,
 ) -> None:
     """Create a queue (submitting to a missing queue also creates one, as fifo)."""
     cli = context.get(ctx)
-    body = {"name": name, **_plain_fields(kind, provider, description)}
+    body = {"name": name, **_plain_fields(kind, provider, description, retention_s)}
     knobs = _knobs(min_, max_, threshold, threshold_low, pool)
     scaling = _scaling(None, elasticity, knobs)
     if scaling is not None:
@@ -138,6 +152,7 @@ def patch(
     threshold_low: ThresholdLow = None,
     pool: Pool = None,
     description: Description = None,
+    retention_s: Retention = None,
     as_json: Json = False,
 ) -> None:
     """Change a live queue; the controller uses the new values on its next tick.
@@ -145,7 +160,7 @@ def patch(
     Scaling flags change only the knobs given: the rest of the queue's elasticity is kept.
     """
     cli = context.get(ctx)
-    body = _plain_fields(kind, provider, description)
+    body = _plain_fields(kind, provider, description, retention_s)
     knobs = _knobs(min_, max_, threshold, threshold_low, pool)
     if elasticity is not None or any(v is not None for v in knobs.values()):
         current = cli.client.request("GET", cli.ns_path("queues", name)).get("elasticity")
