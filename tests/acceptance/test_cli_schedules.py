@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -89,3 +90,43 @@ def test_bad_input_is_one_clear_line(cli: Cli, queue: str, args: list[str], word
     assert result.returncode != 0, result
     assert "Traceback" not in result.stdout + result.stderr
     assert words in result.message, result
+
+
+APPLIED = """
+queues:
+  - name: QUEUE
+schedules:
+  - queue: QUEUE
+    name: nightly
+    cron: "0 3 * * *"
+    timezone: Europe/Paris
+    fn: tests.udfs:add
+    args: [1, 2]
+"""
+
+
+def test_apply_creates_then_reports_unchanged_and_dry_run_shows_a_change(
+    cli: Cli, http: httpx.Client, tmp_path: Path
+) -> None:
+    queue = f"applied-{secrets.token_hex(4)}"
+    path = tmp_path / "lakeshore.yaml"
+    path.write_text(APPLIED.replace("QUEUE", queue))
+    first = cli.run("apply", "-f", str(path))
+    assert first.returncode == 0, first
+    assert f"+ schedule {queue}/nightly (cron 0 3 * * *, tests.udfs:add)" in first.stdout
+    shown = http.get(f"/v1/namespaces/default/queues/{queue}/schedules/nightly").json()
+    assert (shown["timezone"], shown["args"]) == ("Europe/Paris", [1, 2])
+
+    again = cli.run("apply", "-f", str(path))
+    assert f"= schedule {queue}/nightly (unchanged)" in again.stdout, again
+    assert "nothing to change" in again.message
+
+    path.write_text(APPLIED.replace("QUEUE", queue).replace("0 3 * * *", "30 3 * * *"))
+    planned = cli.run("apply", "-f", str(path), "--dry-run")
+    assert f'~ schedule {queue}/nightly: cron "0 3 * * *" → "30 3 * * *"' in planned.stdout
+    after = http.get(f"/v1/namespaces/default/queues/{queue}/schedules/nightly").json()
+    assert after == shown  # a dry run sends nothing
+    applied = cli.run("apply", "-f", str(path))
+    assert applied.returncode == 0, applied
+    changed = http.get(f"/v1/namespaces/default/queues/{queue}/schedules/nightly").json()
+    assert changed["cron"] == "30 3 * * *"

@@ -186,7 +186,7 @@ def test_every_problem_is_reported_in_line_order() -> None:
     assert [message.split(":")[1] for message in found] == ["1", "4", "6", "8"]
     assert found[0] == (
         "lakeshore.yaml:1: extra: unknown key; expected one of namespace, providers, "
-        "queues, daemons"
+        "queues, daemons, schedules"
     )
 
 

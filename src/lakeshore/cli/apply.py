@@ -9,7 +9,7 @@ Three steps, kept apart so the middle one is a pure function of values:
    does not set are left alone; nothing absent from the file is ever deleted. A compose
    entry launches or retires daemons until ``daemons + in flight == count``. Anything that
    cannot be applied becomes a problem naming the file's line, and nothing is sent;
-3. **execute** the plan's calls in order: providers, queues, then compose.
+3. **execute** the plan's calls in order: providers, queues, schedules, then compose.
 
 Providers have no PATCH. A provider whose kind or config differs is *replaced* (DELETE, then
 POST) when no queue on the server names it; when one does, the plan refuses with a message
@@ -67,7 +67,11 @@ def gather(cli: CliContext, namespace: str, file: ApplyFile) -> ServerState:
             stats = get("queues", entry.queue, "stats")
             serving = tuple(d for d in daemons if not d.get("retiring"))
             fleets[entry.queue] = Fleet(serving, int(stats.get("inFlight") or 0))
-    return ServerState(providers, queues, fleets)
+    schedules = {}
+    for queue in sorted({decl.queue for decl in file.schedules} & set(queues)):
+        for found in get("queues", queue, "schedules")["schedules"]:
+            schedules[(queue, found["name"])] = found
+    return ServerState(providers, queues, fleets, schedules)
 
 
 def _busy(exc: CliError) -> bool:

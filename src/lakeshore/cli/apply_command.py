@@ -26,7 +26,7 @@ def apply(
         bool, typer.Option("--json", help="Print the plan and its results as JSON.")
     ] = False,
 ) -> None:
-    """Create or change providers, queues and compose counts to match a file.
+    """Create or change providers, queues, schedules and compose counts to match a file.
 
     Idempotent: a second run reports everything unchanged. Nothing absent from the file is
     deleted, and fields a queue in the file does not set are left alone. See docs/apply.md.

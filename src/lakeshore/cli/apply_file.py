@@ -23,6 +23,7 @@ from typing import Annotated, Any, Final, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
+from lakeshore.cli.apply_schedules import ScheduleDecl, parse_decl
 from lakeshore.domain.names import Name, is_valid_name
 from lakeshore.domain.queue import QueueSpec, parse_spec
 from lakeshore.domain.validation import describe, field_path
@@ -32,7 +33,7 @@ from lakeshore.providers import parse_config
 Path = tuple[str | int, ...]
 T = TypeVar("T")
 
-SECTIONS: Final = ("namespace", "providers", "queues", "daemons")
+SECTIONS: Final = ("namespace", "providers", "queues", "daemons", "schedules")
 MAX_COMPOSE_COUNT: Final = 10_000
 MAX_DEPTH: Final = 64
 
@@ -276,6 +277,7 @@ class ApplyFile:
     queues: tuple[QueueDecl, ...]
     daemons: tuple[ComposeDecl, ...]
     located: Located
+    schedules: tuple[ScheduleDecl, ...] = ()  # see lakeshore.cli.apply_schedules
 
     def problem(self, path: Path, message: str) -> Problem:
         """A problem about ``path`` found later (against the server), with its line."""
@@ -439,10 +441,14 @@ def load(text: str, label: str) -> ApplyFile:
     providers = _section(doc, "providers", _provider, problems)
     queues = _section(doc, "queues", _queue, problems)
     daemons = _section(doc, "daemons", _compose, problems)
+    schedules = _section(doc, "schedules", parse_decl, problems)
     problems += _duplicates(doc, providers, "providers", "name", "provider")
     problems += _duplicates(doc, queues, "queues", "name", "queue")
     problems += _duplicates(doc, daemons, "daemons", "queue", "compose entry for queue")
     problems += _compose_on_policy_queues(doc, queues, daemons)
+    problems += _duplicates(doc, schedules, "schedules", "name", "schedule")
     if problems:
         raise FileInvalid(label, problems)
-    return ApplyFile(label, namespace, tuple(providers), tuple(queues), tuple(daemons), doc)
+    return ApplyFile(
+        label, namespace, tuple(providers), tuple(queues), tuple(daemons), doc, tuple(schedules)
+    )

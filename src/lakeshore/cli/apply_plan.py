@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from lakeshore.cli import apply_schedules
 from lakeshore.cli.apply_file import (
     ApplyFile,
     ComposeDecl,
@@ -52,6 +53,8 @@ class ServerState:
     providers: dict[str, dict[str, Any]]
     queues: dict[str, dict[str, Any]]
     fleets: dict[str, Fleet]
+    # (queue, name) → the server's schedule, for the queues the file's schedules name
+    schedules: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class Step:
     """One line of the plan, the requests that carry it out, and how that went."""
 
     action: str  # create | replace | update | unchanged | launch | retire | keep
-    type: str  # provider | queue | daemons | daemon
+    type: str  # provider | queue | schedule | daemons | daemon
     name: str
     text: str
     calls: list[Call] = field(default_factory=list)
@@ -342,6 +345,8 @@ def make_plan(file: ApplyFile, state: ServerState, namespace: str) -> Plan:
         plan.add(plan_provider(file, provider, state, users))
     for queue in file.queues:
         plan.add(plan_queue(file, queue, state))
+    for schedule in file.schedules:
+        plan.add(apply_schedules.plan_schedule(file, schedule, state))
     for entry in file.daemons:
         plan.add(plan_compose(file, entry, state, namespace))
     return plan
