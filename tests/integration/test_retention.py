@@ -5,6 +5,7 @@ go by their last tick, deletions are counted in ``/metrics``, and batches are bo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from lakeshore.config import Settings
 from lakeshore.domain.retention import Deleted
 from lakeshore.services import retention
 from lakeshore.store import retention as retention_store
+from lakeshore.store.leadership import Leadership, Led, Solo
 from lakeshore.store.tables import elasticity_events, namespaces, stream_items
 from tests.conftest import ADMIN, FakeClock
 from tests.integration.test_api_workers import claim, hello, submit
@@ -256,3 +258,39 @@ async def test_the_sweep_reads_finished_rows_through_their_partial_index(
             plan = [str(row[-1]) for row in rows]
 
     assert any("ix_invocations_finished" in line for line in plan), plan
+
+
+class Following:
+    """A replica that does not lead the cluster (another holds the lock)."""
+
+    leads_cluster = False
+
+    async def try_lead(self) -> Led:
+        return Led(unpinned=False, pinned=True)
+
+    async def release(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("leadership", "kept"), [(Following(), True), (Solo(), False)])
+async def test_the_loop_sweeps_only_where_the_server_leads(
+    served: Served, clock: FakeClock, leadership: Leadership, kept: bool
+) -> None:
+    api, state = served
+    await queue(api, "led")
+    invocation = await cancelled(api, "led")
+    clock.advance(HOUR + 1)
+    sleeps: list[float] = []
+
+    async def three_sweeps(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) > 3:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await retention.run_forever(
+            state.store, leadership, clock, 60.0, WINDOWS, state.metrics, sleep=three_sweeps
+        )
+
+    assert sleeps == [60.0] * 4
+    assert await exists(api, invocation) is kept

@@ -112,12 +112,14 @@ async def run_forever(
     metrics: Metrics | None = None,
     *,
     working: asyncio.Lock | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
     """Sweep every ``interval_s`` while this server leads the cluster, until cancelled.
-    ``working`` is held through each sweep (see ``lakeshore.api.app``)."""
+    ``working`` is held through each sweep (see ``lakeshore.api.app``); ``sleep`` waits
+    between sweeps (tests give one that takes no time)."""
     working = working or asyncio.Lock()
     while True:
-        await asyncio.sleep(interval_s)
+        await sleep(interval_s)
         try:
             async with working:
                 if not (await leadership.try_lead()).unpinned:
