@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
 
+from lakeshore.config import Settings
 from lakeshore.domain import retention
 from lakeshore.domain.queue import parse_spec
 from lakeshore.errors import InvalidInput
@@ -81,3 +83,24 @@ def test_a_bad_retention_window_is_refused_naming_the_field(bad: object) -> None
         parse_spec({"name": "q", "retention_s": bad})
 
     assert refused.value.field == "retention_s"
+
+
+def test_the_server_keeps_finished_work_and_events_a_week_and_sweeps_every_minute() -> None:
+    settings = Settings(database_url="sqlite:///x.db")
+
+    assert (settings.retention_s, settings.event_retention_s) == (7 * DAY, 7 * DAY)
+    assert settings.retention_interval_s == 60
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"retention_s": 0},
+        {"event_retention_s": -1},
+        {"retention_s": retention.MAX_RETENTION_S + 1},
+        {"retention_interval_s": 0.01},  # 0 (never) or at least the loops' floor
+    ],
+)
+def test_bad_retention_settings_are_refused(given: dict[str, float]) -> None:
+    with pytest.raises(ValidationError):
+        Settings(database_url="sqlite:///x.db", **given)
