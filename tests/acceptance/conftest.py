@@ -31,7 +31,9 @@ import pytest
 from tests.conftest import BACKENDS, create_pg_database, drop_pg_database
 
 LAKESHORE = Path(sys.executable).parent / "lakeshore"
-STARTUP_TIMEOUT_S = 30.0
+# a hang guard, not a measure: a fresh PostgreSQL database runs every migration first, and
+# on a loaded 2-core machine (load 12) a start took over 30 s
+STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 CLI_TIMEOUT_S = 30.0
 WIDE = "1000"  # COLUMNS for child processes: rich wraps its output at 80 columns otherwise
