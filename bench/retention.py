@@ -3,17 +3,21 @@ pruned by the server's retention sweep while a drain of no-ops runs, per backend
 
 For SQLite and/or PostgreSQL it fills a store with ``--history`` finished invocations
 (one stream item per ten of them) in a queue whose ``retention_s`` is 60 s, finished two
-days ago. Then, in turn on that same store:
+days ago. Then, in turn on that same store, a real ``lakeshore server``:
 
-1. **without pruning** — a real ``lakeshore server`` with the sweep off
-   (``LAKESHORE_RETENTION_INTERVAL_S=0``): ``--drain`` no-ops submitted in batches, then
-   drained by ``--daemons`` burst daemons: jobs/s (daemon start to all exited) and the
-   submit→start p99 of the drained invocations (``started_at - created_at``, so it
-   includes the wait behind the backlog: both runs have the same backlog);
-2. **while pruning** — the same server restarted with the sweep every second; the same
-   drain on a queue of its own, started as the sweep starts: the same figures, and how
-   long the pruning took (first to last deleted row, read from ``/metrics``), and whether
-   it overlapped the drain.
+1. **without pruning** (``LAKESHORE_RETENTION_INTERVAL_S=0``): ``--drain`` no-ops,
+   submitted in batches, drained by ``--daemons`` burst daemons, while a probe submits
+   one no-op every 0.1 s to a queue of its own, served by an idle long-polling daemon;
+2. **while pruning**: the same server restarted with the sweep every second, the same
+   drain and probe on queues of their own; once a tenth of the drain is done (the
+   daemons at full speed), the history's queue is given ``retention_s: 60``, so the next
+   sweep prunes it while they drain.
+
+Figures: the drain's jobs/s — over the whole drain, and counted over the pruning's span
+only (invocations started while it ran) — and the probe's submit→start p99 (its
+``started_at - created_at``; the drain's own waits are its backlog, the same in both
+runs), with and without pruning; and how long the pruning took (first to last deleted
+row, read from ``/metrics``).
 
 Usage (from the repository root)::
 
@@ -40,6 +44,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, insert, pool, select, text
 from taskqueue import (
+    NOOP,
     NS,
     BenchError,
     check,
@@ -59,11 +64,13 @@ FULL = 1_000_000
 FILL_CHUNK = 10_000
 DRAIN_TIMEOUT_S = 600.0
 PRUNE_TIMEOUT_S = 1800.0
+PROBE_EVERY_S = 0.1
 
 
 def fill(url: str, rows: int) -> None:
-    """The default namespace, a queue ``history`` (``retention_s`` 60) with ``rows``
-    invocations finished two days ago, and a stream item for every tenth."""
+    """The default namespace, a queue ``history`` with ``rows`` invocations finished two
+    days ago (within the server's default window of a week: a run sets the queue's
+    ``retention_s`` when it means them pruned), and a stream item for every tenth."""
     migrate(parse_url(url))
     engine = create_engine(parse_url(url), poolclass=pool.NullPool)
     now = datetime.now(UTC)
@@ -80,7 +87,6 @@ def fill(url: str, rows: int) -> None:
                     state="active",
                     created_at=now,
                     updated_at=now,
-                    retention_s=60.0,
                 )
             )
         for start in range(0, rows, FILL_CHUNK):
@@ -121,19 +127,23 @@ def fill(url: str, rows: int) -> None:
         engine.dispose()
 
 
-def waits_ms(url: str, queue: str) -> list[float]:
-    """submit → start of each invocation of ``queue``, in ms."""
+def times(url: str, queue: str) -> list[tuple[datetime, datetime]]:
+    """(created, started) of each started invocation of ``queue``."""
     engine = create_engine(parse_url(url), poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
             rows = conn.execute(
-                select(invocations.c.created_at, invocations.c.started_at).where(
-                    invocations.c.queue_name == queue
-                )
+                select(invocations.c.created_at, invocations.c.started_at)
+                .where(invocations.c.queue_name == queue)
+                .order_by(invocations.c.created_at)
             ).all()
     finally:
         engine.dispose()
-    return [(started - created).total_seconds() * 1000 for created, started in rows]
+    return [(created, started) for created, started in rows if started is not None]
+
+
+def wait_ms(pair: tuple[datetime, datetime]) -> float:
+    return (pair[1] - pair[0]).total_seconds() * 1000
 
 
 def deleted_invocations(http: httpx.Client) -> float:
@@ -148,8 +158,8 @@ class PruneWatch:
 
     def __init__(self, http: httpx.Client, rows: int) -> None:
         self.http, self.rows = http, rows
-        self.first: float | None = None
-        self.last: float | None = None
+        self.first: datetime | None = None
+        self.last: datetime | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -157,7 +167,7 @@ class PruneWatch:
         deadline = time.monotonic() + PRUNE_TIMEOUT_S
         while not self._stop.is_set() and time.monotonic() < deadline:
             gone = deleted_invocations(self.http)
-            now = time.perf_counter()
+            now = datetime.now(UTC)
             if gone > 0 and self.first is None:
                 self.first = now
             if gone >= self.rows:
@@ -174,10 +184,58 @@ class PruneWatch:
         self._stop.set()
 
 
+class Probe:
+    """One no-op every ``PROBE_EVERY_S`` to ``queue`` (served by an idle daemon), in a
+    thread, for as long as the block runs."""
+
+    def __init__(self, http: httpx.Client, queue: str) -> None:
+        self.http, self.queue = http, queue
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(PROBE_EVERY_S):
+            check(self.http.post(f"{NS}/queues/{self.queue}/invocations", json=NOOP), 201)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@contextmanager
+def probing(http: httpx.Client, url: str, token: str, workdir: Path, queue: str) -> Iterator[None]:
+    """An idle daemon long-polling ``queue``, and the probe submitting to it."""
+    check(http.post(f"{NS}/queues/{queue}/invocations", json=NOOP), 201)  # makes the queue
+    daemon = start_daemon(url, token, workdir / f"{queue}-daemon.log", queue, burst=False)
+    try:
+        deadline = time.monotonic() + 60
+        while check(http.get(f"{NS}/queues/{queue}/stats"), 200)["byState"].get("succeeded", 0) < 1:
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"the probe's daemon did not start; see {workdir}")
+            time.sleep(0.05)
+        with Probe(http, queue):
+            yield
+    finally:
+        stop(daemon)
+
+
 def drain(
-    http: httpx.Client, url: str, token: str, workdir: Path, queue: str, opts: argparse.Namespace
+    http: httpx.Client,
+    url: str,
+    token: str,
+    workdir: Path,
+    queue: str,
+    opts: argparse.Namespace,
+    *,
+    prune: bool = False,
 ) -> tuple[float, float, float]:
-    """Submit ``--drain`` no-ops to ``queue`` and drain them: (jobs/s, start, end)."""
+    """Submit ``--drain`` no-ops to ``queue`` and drain them: (jobs/s, start, end).
+    ``prune``: the history is put past its window (``retention_s`` 60) once a tenth is
+    drained, so the next sweep (within a second) prunes while they drain."""
     submit_batches(http, queue, opts.drain, 500)
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -186,6 +244,12 @@ def drain(
             log = workdir / f"{queue}-daemon-{n}.log"
             procs.append(start_daemon(url, token, log, queue, burst=True))
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while prune and _succeeded(http, queue) < opts.drain // 10:  # at full speed first
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise BenchError(f"the drain of {queue} stopped early; see {workdir}")
+            time.sleep(0.1)
+        if prune:
+            check(http.patch(f"{NS}/queues/history", json={"retention_s": 60}), 200)
         for proc in procs:
             code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             if code != 0:
@@ -200,6 +264,11 @@ def drain(
     return opts.drain / (ended - started), started, ended
 
 
+def _succeeded(http: httpx.Client, queue: str) -> int:
+    by_state = check(http.get(f"{NS}/queues/{queue}/stats"), 200)["byState"]
+    return int(by_state.get("succeeded", 0))
+
+
 @contextmanager
 def store(backend: str, tmp: Path) -> Iterator[tuple[str, str]]:
     """(url for SQLAlchemy, --db for the server)."""
@@ -212,58 +281,54 @@ def store(backend: str, tmp: Path) -> Iterator[tuple[str, str]]:
 
 
 def run_backend(backend: str, opts: argparse.Namespace) -> None:
+    quiet = {"LAKESHORE_ELASTICITY_ENABLED": "false"}
     with tempfile.TemporaryDirectory(prefix=f"lakeshore-retention-{backend}-") as tmp_name:
         tmp = Path(tmp_name)
         with store(backend, tmp) as (url, db):
             began = time.perf_counter()
             fill(url, opts.history)
-            print(
-                f"[{backend}] filled {opts.history:,} finished invocations in "
-                f"{time.perf_counter() - began:.1f} s",
-                flush=True,
-            )
-            quiet = {"LAKESHORE_ELASTICITY_ENABLED": "false"}
+            took = time.perf_counter() - began
+            print(f"[{backend}] filled {opts.history:,} finished invocations in {took:.1f} s")
             with (
-                running_server(db, tmp, LAKESHORE_RETENTION_INTERVAL_S="0", **quiet) as (
-                    server_url,
-                    token,
-                ),
-                httpx.Client(
-                    base_url=server_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-                ) as http,
+                running_server(db, tmp, LAKESHORE_RETENTION_INTERVAL_S="0", **quiet) as (su, tok),
+                _client(su, tok) as http,
+                probing(http, su, tok, tmp, "probe-a"),
             ):
-                rate_a, _, _ = drain(http, server_url, token, tmp, "drain-a", opts)
-            p99_a = percentile(waits_ms(url, "drain-a"), 99)
+                rate_a, _, _ = drain(http, su, tok, tmp, "drain-a", opts)
+            p99_a = percentile([wait_ms(p) for p in times(url, "probe-a")[1:]], 99)
             print(
                 f"[{backend}] without pruning: {rate_a:,.0f} jobs/s, "
-                f"submit→start p99 {p99_a:,.0f} ms",
+                f"probe submit→start p99 {p99_a:,.1f} ms",
                 flush=True,
             )
             with (
-                running_server(db, tmp, LAKESHORE_RETENTION_INTERVAL_S="1", **quiet) as (
-                    server_url,
-                    token,
-                ),
-                httpx.Client(
-                    base_url=server_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-                ) as http,
+                running_server(db, tmp, LAKESHORE_RETENTION_INTERVAL_S="1", **quiet) as (su, tok),
+                _client(su, tok) as http,
                 PruneWatch(http, opts.history) as watch,
+                probing(http, su, tok, tmp, "probe-b"),
             ):
-                rate_b, start_b, end_b = drain(http, server_url, token, tmp, "drain-b", opts)
+                rate_b, _, _ = drain(http, su, tok, tmp, "drain-b", opts, prune=True)
                 watch.__exit__()
-            p99_b = percentile(waits_ms(url, "drain-b"), 99)
-            if watch.first is None or watch.last is None:
+            first, last = watch.first, watch.last
+            if first is None or last is None:
                 raise BenchError(f"[{backend}] the pruning did not finish")
-            overlap = max(0.0, min(end_b, watch.last) - max(start_b, watch.first))
+            span = (last - first).total_seconds()
+            during = [p for p in times(url, "drain-b") if first <= p[1] <= last]
+            probes = [wait_ms(p) for p in times(url, "probe-b")[1:] if first <= p[0] <= last]
+            rate_during = len(during) / span if span > 0 else float("nan")
+            p99_b = percentile(probes, 99) if probes else float("nan")
             print(
-                f"[{backend}] while pruning: {rate_b:,.0f} jobs/s "
-                f"({rate_b / rate_a:.2f}x without), submit→start p99 {p99_b:,.0f} ms "
-                f"({p99_b / p99_a:.2f}x without); pruned {opts.history:,} in "
-                f"{watch.last - watch.first:.1f} s "
-                f"({opts.history / max(watch.last - watch.first, 1e-9):,.0f} rows/s), "
-                f"overlapping the drain for {overlap:.1f} of its {end_b - start_b:.1f} s",
+                f"[{backend}] while pruning: {rate_b:,.0f} jobs/s over the drain "
+                f"({rate_b / rate_a:.2f}x), {rate_during:,.0f} jobs/s over the pruning's span "
+                f"({rate_during / rate_a:.2f}x); probe submit→start p99 {p99_b:,.1f} ms "
+                f"({p99_b / p99_a:.2f}x, {len(probes)} probes); pruned {opts.history:,} "
+                f"in {span:.1f} s ({opts.history / max(span, 1e-9):,.0f} rows/s)",
                 flush=True,
             )
+
+
+def _client(url: str, token: str) -> httpx.Client:
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
 def main() -> int:

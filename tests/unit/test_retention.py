@@ -104,3 +104,12 @@ def test_the_server_keeps_finished_work_and_events_a_week_and_sweeps_every_minut
 def test_bad_retention_settings_are_refused(given: dict[str, float]) -> None:
     with pytest.raises(ValidationError):
         Settings(database_url="sqlite:///x.db", **given)
+
+
+@pytest.mark.parametrize(
+    ("batch_s", "pause_s"), [(0.0, 0.0), (0.05, 0.2), (0.25, 1.0), (5.0, 2.0), (-1.0, 0.0)]
+)
+def test_after_a_batch_the_sweep_pauses_four_times_as_long_at_most_two_seconds(
+    batch_s: float, pause_s: float
+) -> None:
+    assert retention.pause_after(batch_s) == pause_s

@@ -3,8 +3,9 @@ deleted once past their window, by the leading server only.
 
 Which rows are past their window is decided in :mod:`lakeshore.domain.retention` (pure,
 given ``now``); the SQL is :mod:`lakeshore.store.retention`. Here the sweep runs it one
-batch (at most :data:`~lakeshore.domain.retention.BATCH_ROWS` rows) per transaction, so
-that a claim or a submit waits at most for one short batch, never for the backlog; a
+batch (at most :data:`~lakeshore.domain.retention.BATCH_ROWS` rows) per transaction,
+each followed by a pause four times as long, so that a claim or a submit waits at most
+for one short batch, never for the backlog; a
 backlog larger than a sweep's batches is finished by the next sweeps. A failed batch is
 logged and the sweep goes on with the next queue or kind.
 
@@ -92,15 +93,19 @@ async def sweep(
 async def _batches(
     what: str, batch: Callable[[], Awaitable[int]], batch_rows: int, max_batches: int
 ) -> None:
+    loop = asyncio.get_running_loop()
     done, last = 0, batch_rows
     while retention.more_batches(last, done, batch_rows=batch_rows, max_batches=max_batches):
+        began = loop.time()
         try:
             last = await batch()
         except Exception:
             log.exception("retention: deleting %s failed; the sweep goes on", what)
             return
         done += 1
-        await asyncio.sleep(0)  # let the requests waiting on the store in between
+        if retention.more_batches(last, done, batch_rows=batch_rows, max_batches=max_batches):
+            # the store is the live path's between two batches (see retention.PAUSE_SHARE)
+            await asyncio.sleep(retention.pause_after(loop.time() - began))
 
 
 async def run_forever(
