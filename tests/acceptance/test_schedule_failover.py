@@ -56,9 +56,13 @@ def test_every_slot_is_enqueued_once_across_a_killed_and_restarted_leader(
                 assert made.status_code == 201, made.text
                 created_at = made.json()["created_at"]
 
-                def enqueued() -> list[str]:
+                def records() -> list[dict[str, str]]:
                     listed = http.get(f"{NS}/queues/ticks/invocations", params={"limit": 1000})
-                    return [i["key"] for i in listed.json()["invocations"]]
+                    found: list[dict[str, str]] = listed.json()["invocations"]
+                    return found
+
+                def enqueued() -> list[str]:
+                    return [i["key"] for i in records()]
 
                 wait_for(lambda: len(enqueued()) >= 2, 20, "the first two slots", every_s=0.2)
 
@@ -87,6 +91,14 @@ def test_every_slot_is_enqueued_once_across_a_killed_and_restarted_leader(
                 keys = enqueued()
             assert sorted(keys) == expected_keys(created_at, last_slot)
             assert len(keys) == len(set(keys))
+            # each record names its schedule and slot (written just after its submit)
+            with connect(survivor, token) as http:
+                marked = wait_for(
+                    lambda: all("slot" in i for i in records()) and records(), 10, "the slots"
+                )
+            for made in marked:
+                slot = made["slot"].replace("+00:00", "Z")
+                assert made["key"] == f"schedule:{made['schedule']}:{slot}", made
     finally:
         for process in processes:
             _stop(process)

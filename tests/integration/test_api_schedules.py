@@ -123,6 +123,14 @@ async def test_the_leader_step_enqueues_each_slot_once(
         "schedule:tick:2026-01-01T12:00:04Z",
     ]
     assert all(i["args"] == [1, 2] and i["kwargs"] == {"x": 1} for i in made)
+    assert [(i["schedule"], i["slot"]) for i in made] == [
+        ("tick", "2026-01-01T12:00:02+00:00"),
+        ("tick", "2026-01-01T12:00:04+00:00"),
+    ]
+    one = (await api.get(f"/v1/namespaces/default/invocations/{made[0]['id']}")).json()
+    assert (one["schedule"], one["slot"]) == ("tick", "2026-01-01T12:00:02+00:00")
+    plain = await api.post(f"{QUEUES}/jobs/invocations", json={"fn": "tests.udfs:add"})
+    assert "schedule" not in plain.json() and "slot" not in plain.json()
     shown = (await api.get(f"{SCHEDULES}/tick")).json()
     assert (shown["last_slot"], shown["next_slot"]) == (
         "2026-01-01T12:00:04Z",

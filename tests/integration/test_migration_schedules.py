@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import insert, inspect
+from sqlalchemy import insert, inspect, select, update
 from sqlalchemy.exc import IntegrityError
 
 from lakeshore.store.engine import migrate, parse_url
-from lakeshore.store.tables import metadata, schedules
+from lakeshore.store.tables import invocations, metadata, schedules
 from tests.integration.test_migrations import (  # noqa: F401  # empty_url is a fixture
     NOW,
     _alembic,
@@ -51,4 +51,29 @@ def test_0012_adds_the_schedules_and_keeps_every_row(empty_url: str) -> None:  #
     migrate(parse_url(empty_url))
     with engine.begin() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    engine.dispose()
+
+
+def test_0013_gives_invocations_a_schedule_and_slot_and_keeps_every_row(
+    empty_url: str,  # noqa: F811
+) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0012")
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        rows = conn.execute(select(invocations.c.schedule, invocations.c.slot)).all()
+        assert rows and all(row == (None, None) for row in rows)
+        conn.execute(
+            update(invocations).where(invocations.c.id == "inv_1").values(schedule="s", slot=NOW)
+        )
+        assert (
+            conn.execute(select(invocations.c.slot).where(invocations.c.id == "inv_1")).scalar_one()
+            == NOW
+        )
+    _alembic(empty_url, "downgrade", "0012")
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        names = {c["name"] for c in inspect(conn).get_columns("invocations")}
+        assert not names & {"schedule", "slot"}
+    migrate(parse_url(empty_url))
     engine.dispose()

@@ -115,7 +115,12 @@ def _fill(conn: Connection) -> None:
 
 # columns added after the earliest revision these tests start from (0006): compared by
 # the tests of the migration that adds them
-_LATER = {("invocations", "begun_attempt"), ("queues", "retention_s")}  # 0009, 0011
+_LATER = {
+    ("invocations", "begun_attempt"),  # 0009
+    ("queues", "retention_s"),  # 0011
+    ("invocations", "schedule"),  # 0013
+    ("invocations", "slot"),  # 0013
+}
 _LATER_INDEXES = {"ix_invocations_finished"}  # 0011
 
 

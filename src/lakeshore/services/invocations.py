@@ -40,7 +40,7 @@ def to_json(row: Any) -> dict[str, Any]:
     def iso(value: datetime | None) -> str | None:
         return value.isoformat() if value else None
 
-    return {
+    answer = {
         "id": row["id"],
         "queue": row["queue_name"],
         "fn": row["fn"],
@@ -60,6 +60,10 @@ def to_json(row: Any) -> dict[str, Any]:
         "started_at": iso(row["started_at"]),
         "finished_at": iso(row["finished_at"]),
     }
+    if row.get("schedule") is not None:  # made by a periodic schedule, for this slot
+        answer["schedule"] = row["schedule"]
+        answer["slot"] = iso(row["slot"])
+    return answer
 
 
 # Queues as submits last read them, with their revision, by (namespace id, name): what

@@ -262,7 +262,8 @@ async def _enqueue_one(
             last = slots[position - 1]
             break
         made.append(invocation["id"])
-    async with store.write() as conn:
+    async with store.write() as conn:  # both, or neither: a repeat marks the same rows
+        await schedule_store.mark_made(conn, spec.name, list(zip(made, slots, strict=False)))
         await schedule_store.advance(conn, row["id"], was=row["last_slot"], to=last)
     return Enqueued(
         namespace=ns.name,

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, delete, insert, select, update
+from sqlalchemy import RowMapping, bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.store.tables import namespaces, queues, schedules
+from lakeshore.store.tables import invocations, namespaces, queues, schedules
 
 C = schedules.c
 
@@ -74,6 +74,22 @@ async def all_schedules(conn: AsyncConnection) -> Sequence[RowMapping]:
         .order_by(C.id)
     )
     return (await conn.execute(query)).mappings().all()
+
+
+_MARK = (
+    update(invocations)
+    .where(invocations.c.id == bindparam("made_id"), invocations.c.schedule.is_(None))
+    .values(schedule=bindparam("made_by"), slot=bindparam("made_for"))
+)
+
+
+async def mark_made(
+    conn: AsyncConnection, schedule: str, made: Sequence[tuple[str, datetime]]
+) -> None:
+    """Write on each invocation (id, slot) the schedule and slot it was submitted for."""
+    if made:
+        rows = [{"made_id": id_, "made_by": schedule, "made_for": slot} for id_, slot in made]
+        await conn.execute(_MARK, rows)
 
 
 async def advance(conn: AsyncConnection, schedule_id: str, *, was: datetime, to: datetime) -> bool:

@@ -177,6 +177,9 @@ invocations = Table(
     # the attempt (its ``attempts`` value) its worker said it began: an attempt that never
     # began (prefetched, its daemon gone) goes back uncounted (0009); null: not known
     Column("begun_attempt", Integer, nullable=True),
+    # the schedule that made it and the slot it stands for (0013); null: a plain submit
+    Column("schedule", String(63), nullable=True),
+    Column("slot", UTCDateTime(), nullable=True),
     # idempotency: a key is unique per namespace + queue (a queue id implies both); rows
     # without a key (most) are not indexed (0007)
     Index(
