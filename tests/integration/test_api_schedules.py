@@ -227,3 +227,21 @@ async def test_a_draining_queue_takes_no_slots(
     [done] = await step(store, clock)
     assert done.slots == ()
     assert await invocations(api) == []
+
+
+@pytest.mark.usefixtures("jobs")
+async def test_stats_and_explain_show_each_schedule_s_next_slot(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await create(api, name="tick", every_s=2)
+    await create(api, name="quiet", cron="0 * * * *", enabled=False)
+    expected = [
+        {"name": "quiet", "next_slot": None},
+        {"name": "tick", "next_slot": "2026-01-01T12:00:02Z"},
+    ]
+    stats = await api.get(f"{QUEUES}/jobs/stats")
+    assert stats.status_code == 200, stats.text
+    assert stats.json()["schedules"] == expected
+    explained = await api.get(f"{QUEUES}/jobs/explain")
+    assert explained.status_code == 200, explained.text
+    assert explained.json()["now"]["schedules"] == expected

@@ -178,6 +178,17 @@ async def delete(store: Store, ns: Namespace, queue: str, name: str) -> None:
         await schedule_store.delete_schedule(conn, row["id"])
 
 
+async def next_slots(
+    store: Store, ns: Namespace, queue: str, now: datetime
+) -> list[dict[str, Any]]:
+    """Each of the queue's schedules with its next slot (null while paused), for
+    ``stats`` and ``explain``."""
+    return [
+        {"name": s.spec.name, "next_slot": s.to_json(now)["next_slot"]}
+        for s in await list_for_queue(store, ns, queue)
+    ]
+
+
 def validate(body: Any) -> rules.ScheduleSpec:
     """A schedule's definition, checked as a create would (for ``apply --dry-run``)."""
     if not isinstance(body, dict):

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from lakeshore.api.deps import InNamespace, State
 from lakeshore.services import feed
+from lakeshore.services import schedules as schedule_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}", tags=["elasticity"])
 
@@ -58,4 +59,8 @@ async def pool_events(
     summary="Why the queue did (or did not) scale: the latest decision, its rule and signals",
 )
 async def explain(name: str, ns: InNamespace, state: State) -> dict[str, Any]:
-    return await feed.explain(state.store, ns, name, state.clock())
+    answer = await feed.explain(state.store, ns, name, state.clock())
+    if isinstance(answer.get("now"), dict):  # its stats, as GET …/stats gives them
+        now = answer["now"]
+        now["schedules"] = await schedule_service.next_slots(state.store, ns, name, state.clock())
+    return answer

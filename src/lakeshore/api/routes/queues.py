@@ -10,6 +10,7 @@ from lakeshore.api.deps import InNamespace, State
 from lakeshore.domain.states import TRANSITIONS, Transition
 from lakeshore.errors import UnsupportedMediaType
 from lakeshore.services import queues as queue_service
+from lakeshore.services import schedules as schedule_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}/queues", tags=["queues"])
 
@@ -95,7 +96,10 @@ async def patch_queue(name: str, ns: InNamespace, state: State, body: RawBody) -
 
 @router.get("/{name}/stats", summary="The queue's signals: pending, running, daemons, utilization")
 async def queue_stats(name: str, ns: InNamespace, state: State) -> dict[str, Any]:
-    return await queue_service.stats(state.store, ns, name, state.clock())
+    answer = await queue_service.stats(state.store, ns, name, state.clock())
+    # each of the queue's periodic schedules and its next slot
+    answer["schedules"] = await schedule_service.next_slots(state.store, ns, name, state.clock())
+    return answer
 
 
 def _transition_route(action: Transition) -> None:
