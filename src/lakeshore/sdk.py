@@ -7,6 +7,10 @@
 
     handle = embed.submit("hello", _key="doc-1")
     vector = handle.result(timeout=60)
+    later = embed.submit("tomorrow", _delay=3600)  # claimable an hour from now
+
+``_delay`` (seconds) or ``_not_before`` (an aware ``datetime``) holds an invocation back:
+it is pending, counted as ``scheduled``, until then (at most a year ahead).
 
 A generator UDF streams: ``for item in handle.stream(): ...`` yields each item as the
 daemon yields it, then raises the remote error if the invocation failed.
@@ -24,6 +28,7 @@ import http.client
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, Generic, ParamSpec, TypeVar
 from urllib.parse import quote, urlencode
 
@@ -143,8 +148,13 @@ class Client:
         key: str | None = None,
         max_attempts: int | None = None,
         timeout_s: float | None = None,
+        delay_s: float | None = None,
+        not_before: datetime | None = None,
     ) -> Handle[Any]:
+        """Submit one call; ``delay_s`` or ``not_before`` (not both) holds it back until
+        then (at most a year ahead)."""
         body = _submit_body(fn, args, kwargs, key, max_attempts, timeout_s)
+        body.update(_delay(delay_s, not_before))
         created = self.request("POST", self._path("queues", queue, "invocations"), json=body)
         return Handle(self, created["id"])
 
@@ -287,6 +297,19 @@ def _submit_body(
     return body
 
 
+def _delay(delay_s: float | None, not_before: datetime | None) -> dict[str, Any]:
+    """A submit's delay, as the body carries it."""
+    if delay_s is not None and not_before is not None:
+        raise ValueError("give delay_s or not_before, not both")
+    if delay_s is not None:
+        return {"delay_s": delay_s}
+    if not_before is not None:
+        if not_before.tzinfo is None or not_before.utcoffset() is None:
+            raise ValueError("not_before must be an aware datetime (with its time zone)")
+        return {"not_before": not_before.isoformat()}
+    return {}
+
+
 def _raise(status: int, data: bytes) -> None:
     """The server's refusal as :class:`LakeshoreClientError`."""
     try:
@@ -346,7 +369,16 @@ class UDF(Generic[P, R]):
             self._client = Client()
         return self._client
 
-    def submit(self, *args: Any, _key: str | None = None, **kwargs: Any) -> Handle[R]:
+    def submit(
+        self,
+        *args: Any,
+        _key: str | None = None,
+        _delay: float | None = None,
+        _not_before: datetime | None = None,
+        **kwargs: Any,
+    ) -> Handle[R]:
+        """Submit a call; ``_delay`` (seconds) or ``_not_before`` (an aware datetime)
+        holds it back until then."""
         self._require_importable()
         return self.client.submit(
             self.queue,
@@ -356,6 +388,8 @@ class UDF(Generic[P, R]):
             key=_key,
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
+            delay_s=_delay,
+            not_before=_not_before,
         )
 
     def submit_many(
@@ -391,7 +425,8 @@ def udf(
     client: Client | None = None,
     setup: Callable[[], Any] | None = None,
 ) -> Callable[[Callable[P, R]], UDF[P, R]]:
-    """Make a function submittable to ``queue``: ``f.submit(*args, _key=None, **kwargs)``.
+    """Make a function submittable to ``queue``: ``f.submit(*args, _key=None, _delay=None,
+    _not_before=None, **kwargs)``.
 
     ``setup`` (no arguments, plain or ``async def``) runs once in each daemon child before
     the child's first invocation of a function that names it, never where you submit:

@@ -32,6 +32,8 @@ def test_a_submit_keeps_everything_it_carries() -> None:
         "key": "k-1",
         "max_attempts": 7,
         "timeout_s": 2.5,
+        "delay_s": 30.0,
+        "not_before": None,  # one or the other
     }
     assert parse_submit(body).model_dump() == body
 

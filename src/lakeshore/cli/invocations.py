@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lakeshore.cli import context, output
+from lakeshore.cli import context, output, schedules
 from lakeshore.cli.client import CliError
 
 app = typer.Typer(help="Inspect, follow, cancel and retry invocations.", no_args_is_help=True)
@@ -40,6 +40,13 @@ def _kwarg(text: str) -> tuple[str, Any]:
     return name, _json_value(value, "--kwarg")
 
 
+def _delay_s(text: str) -> float:
+    try:
+        return schedules.parse_duration(text)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(exc.message, param_hint="--delay") from None
+
+
 def submit(
     ctx: typer.Context,
     queue: Annotated[
@@ -65,9 +72,30 @@ def submit(
         int | None, typer.Option(help="Attempts before it fails (default 3).")
     ] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds one attempt may run.")] = None,
+    delay: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="Hold it back this long before any daemon may start it: seconds (90) or "
+            "units s, m, h, d (30s, 5m, 1h30m); at most a year. Until then it counts as "
+            "scheduled, not pending.",
+            show_default=False,
+        ),
+    ] = None,
+    not_before: Annotated[
+        str | None,
+        typer.Option(
+            "--not-before",
+            metavar="TIME",
+            help="Start it no earlier than TIME, an RFC 3339 time with its offset "
+            "(2026-05-01T09:30:00Z, 2026-05-01T11:30:00+02:00); at most a year ahead. "
+            "Not with --delay.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Submit one invocation of FN to QUEUE."""
+    """Submit one invocation of FN to QUEUE (now, or later with --delay / --not-before)."""
     cli = context.get(ctx)
     body: dict[str, Any] = {
         "fn": fn,
@@ -77,6 +105,12 @@ def submit(
     for name, value in (("key", key), ("max_attempts", max_attempts), ("timeout_s", timeout)):
         if value is not None:
             body[name] = value
+    if delay is not None and not_before is not None:
+        raise typer.BadParameter("give --delay or --not-before, not both", param_hint="--delay")
+    if delay is not None:
+        body["delay_s"] = _delay_s(delay)
+    if not_before is not None:
+        body["not_before"] = not_before  # the server reads it, and says what is wrong
     created = cli.client.request("POST", cli.ns_path("queues", queue, "invocations"), json=body)
     if as_json:
         output.data(created)

@@ -5,6 +5,10 @@ with JSON ``args`` / ``kwargs``. It is ``pending`` until a worker claims it, ``r
 while that worker holds its lease, and ends ``succeeded``, ``failed``, ``cancelled`` or
 ``expired``. A claim counts as an attempt; an attempt that fails (or whose lease runs
 out) goes back to ``pending`` after a backoff until ``max_attempts`` are spent.
+
+A submit may be delayed (``delay_s``, or ``not_before``: an RFC 3339 time with its
+offset): it is ``pending`` with a due time (its ``available_at``, see :func:`due_at`),
+claimable from then on, at most :data:`MAX_DELAY_S` ahead.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -37,6 +42,7 @@ DEFAULT_MAX_ATTEMPTS: Final = 3
 MAX_ATTEMPTS_LIMIT: Final = 100
 DEFAULT_PRIORITY_FIELD: Final = "priority"
 _FN_MAX: Final = 512
+MAX_DELAY_S: Final = 365 * 24 * 3600  # a delayed submit is due at most a year ahead
 _FN_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
@@ -61,6 +67,16 @@ class Submit(BaseModel):
         DEFAULT_MAX_ATTEMPTS
     )
     timeout_s: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] | None = None
+    delay_s: Annotated[float, Field(ge=0, le=MAX_DELAY_S)] | None = None
+    # RFC 3339 text: a strict model takes no text as a datetime, so it is read here
+    not_before: Annotated[StrictStr, Field(max_length=64)] | None = None
+
+    @field_validator("not_before")
+    @classmethod
+    def _rfc3339(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_time(value)
+        return value
 
     @field_validator("fn")
     @classmethod
@@ -106,6 +122,48 @@ def parse_submit(data: Any, *, where: str = "") -> Submit:
 
 
 _SUBMITS: Final = TypeAdapter(list[Submit])
+
+
+def parse_time(value: str) -> datetime:
+    """An RFC 3339 time (``2026-05-01T09:30:00Z``, ``…+02:00``): its offset is required,
+    since a time without one names no instant."""
+    try:
+        # a date alone, or a time written otherwise, is not RFC 3339
+        if len(value) < 20 or value[10] not in "Tt ":
+            raise ValueError(value)
+        parsed = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is not an RFC 3339 time with an offset, such as 2026-05-01T09:30:00Z"
+        ) from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError(f"{value!r} has no offset: add Z (UTC) or one such as +02:00")
+    return parsed
+
+
+def due_at(submit: Submit, now: datetime, *, where: str = "") -> datetime:
+    """When ``submit`` may first be claimed, submitted at ``now``: ``now`` plus its
+    ``delay_s``, its ``not_before`` (``now`` when that has passed), or ``now``. Both,
+    or a ``not_before`` more than :data:`MAX_DELAY_S` ahead, are refused, naming the
+    field. (Not a model validator: that would run for every submit of a batch, and
+    only a delayed one needs the check.)"""
+    if submit.delay_s is not None and submit.not_before is not None:
+        raise InvalidInput(
+            f"{where or 'this invocation'}: give delay_s or not_before, not both",
+            field=where or None,
+        )
+    if submit.delay_s is not None:
+        return now + timedelta(seconds=submit.delay_s) if submit.delay_s else now
+    if submit.not_before is None:
+        return now
+    due = parse_time(submit.not_before)
+    if due - now > timedelta(seconds=MAX_DELAY_S):
+        path = f"{where}.not_before" if where else "not_before"
+        raise InvalidInput(
+            f"{path}: {submit.not_before} is more than a year ({MAX_DELAY_S} s) ahead",
+            field=path,
+        )
+    return max(due, now)
 
 
 def parse_submits(bodies: Sequence[Any], places: Sequence[str]) -> list[Submit]:

@@ -153,7 +153,9 @@ async def explain(
         "pool": pool,
         "policy": _policy_json(step.policy),
         "provider": units.provider_of(step.unit),
-        "now": queue_service.stats_json(queue, reading, counts),
+        "now": queue_service.stats_json(
+            queue, reading, counts, await queue_service.scheduled_of(store, queue, now)
+        ),
         "next": None
         if step.scaler is not None
         else {

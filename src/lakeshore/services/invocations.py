@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from lakeshore import logs
 from lakeshore.domain import access, admission, cursors, jsonsafe
 from lakeshore.domain.ids import new_id, new_ids
-from lakeshore.domain.invocations import Submit, parse_submits, priority_of
+from lakeshore.domain.invocations import Submit, due_at, parse_submits, priority_of
 from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
 from lakeshore.errors import Conflict, InvalidInput, LakeshoreError, NotFound, TooManyRequests
@@ -203,7 +203,10 @@ def _rows(
                 "attempts": 0,
                 "max_attempts": submit.max_attempts,
                 "timeout_s": submit.timeout_s,
-                "available_at": now,
+                # a delayed submit's due time (claimable from then on), else now
+                "available_at": now
+                if submit.delay_s is None and submit.not_before is None
+                else due_at(submit, now, where=where),
                 # a microsecond apart, so a batch keeps its order in fifo and filo queues
                 "created_at": now + timedelta(microseconds=position),
             }

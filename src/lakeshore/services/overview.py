@@ -90,7 +90,7 @@ class Overview:
     async def _read(self) -> None:
         now = self.clock()
         async with self.store.read() as conn:
-            found = await gauges.read(conn)
+            found = await gauges.read(conn, now)
             latest = await event_store.latest_everywhere(conn)
         self.reads += 1
         self._last = Snapshot(now, {(g.namespace_id, g.queue): g for g in found}, latest)

@@ -21,6 +21,7 @@ from lakeshore.services.namespaces import Namespace
 from lakeshore.services.scalers import Registry as ScalerRegistry
 from lakeshore.services.scopes import scope_of
 from lakeshore.store import controller as ctl_store
+from lakeshore.store import invocations as inv_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store.engine import Store
 
@@ -167,7 +168,13 @@ async def stats(store: Store, ns: Namespace, name: str, now: datetime) -> dict[s
     """The signals the controller reads for the queue's scope, as they stand now: read by
     the controller's own code (:mod:`.scopes`), so they are what the next tick acts on."""
     queue, reading, counts = await read_scope(store, ns, name, now)
-    return stats_json(queue, reading, counts)
+    return stats_json(queue, reading, counts, await scheduled_of(store, queue, now))
+
+
+async def scheduled_of(store: Store, queue: Queue, now: datetime) -> int:
+    """The queue's delayed submits not due yet at ``now`` (``stats``' ``scheduled``)."""
+    async with store.read() as conn:
+        return await inv_store.scheduled_count(conn, queue.id, now)
 
 
 async def read_scope(
@@ -182,7 +189,10 @@ async def read_scope(
 
 
 def stats_json(
-    queue: Queue, reading: scopes.Reading, counts: dict[str, int] | None
+    queue: Queue,
+    reading: scopes.Reading,
+    counts: dict[str, int] | None,
+    scheduled: int | None = None,
 ) -> dict[str, Any]:
     """``stats``' answer.
 
@@ -190,7 +200,8 @@ def stats_json(
     so it is right even when daemons do not report what they run; with no capacity it
     is 1.0 when work is waiting and 0.0 otherwise. For a queue in a pool, the signals are
     the pool's and ``member`` holds the queue's own counts; ``byState`` is always the
-    queue's own.
+    queue's own. ``scheduled`` (the queue's own, None when not read): its delayed
+    submits not due yet, which ``pending`` (and ``byState``'s) leaves out until due.
     """
     s = reading.signals
     answer: dict[str, Any] = {
@@ -198,6 +209,7 @@ def stats_json(
         "state": queue.state,
         "scope": reading.scope,
         "pending": s.pending,
+        "scheduled": scheduled,
         "running": s.running,
         "daemonCount": s.daemon_count,
         "capacity": s.capacity,
@@ -210,7 +222,7 @@ def stats_json(
         "byState": None
         if counts is None
         else {
-            state: counts.get(state, 0)
+            state: counts.get(state, 0) - ((scheduled or 0) if state == "pending" else 0)
             for state in ("pending", "running", "succeeded", "failed", "cancelled", "expired")
         },
         "pool": None,

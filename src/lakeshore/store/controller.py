@@ -39,6 +39,7 @@ from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.queue import Queue
 from lakeshore.domain.scaling import Counters
 from lakeshore.elasticity.snapshot import Snapshot
+from lakeshore.store import claimable
 from lakeshore.store import launches as launch_rows
 from lakeshore.store.rows import queue_from_row
 from lakeshore.store.tables import (
@@ -161,9 +162,11 @@ async def _in_parts(conn: AsyncConnection, query: Any) -> AsyncIterator[Sequence
 
 
 async def _counts(
-    conn: AsyncConnection, state: str, queue_ids: Sequence[str] | None = None
+    conn: AsyncConnection, state: str, now: datetime, queue_ids: Sequence[str] | None = None
 ) -> dict[str, int]:
-    query = select(INV.queue_id, func.count()).where(INV.state == state).group_by(INV.queue_id)
+    # pending: a delayed submit not due yet is scheduled, not demand (store/claimable.py)
+    counted = claimable.waiting(now) if state == "pending" else INV.state == state
+    query = select(INV.queue_id, func.count()).where(counted).group_by(INV.queue_id)
     if queue_ids is not None:
         query = query.where(INV.queue_id.in_(queue_ids))
     return {queue_id: int(n) for queue_id, n in (await conn.execute(query)).all()}
@@ -280,8 +283,8 @@ async def snapshot(
     by_queue, capacity = await _workers(conn, pooled)
     return Snapshot(
         queues=ticked,
-        pending=await _counts(conn, "pending"),
-        running=await _counts(conn, "running"),
+        pending=await _counts(conn, "pending", now),
+        running=await _counts(conn, "running", now),
         workers=by_queue,
         capacity=capacity,
         counters=await load_counters(conn),
@@ -303,8 +306,8 @@ async def snapshot_of(
     by_queue, capacity = await _workers(conn, ids)
     return Snapshot(
         queues=list(queues),
-        pending=await _counts(conn, "pending", ids),
-        running=await _counts(conn, "running", ids),
+        pending=await _counts(conn, "pending", now, ids),
+        running=await _counts(conn, "running", now, ids),
         workers=by_queue,
         capacity=capacity,
         counters=await load_counters(conn, namespace_id),

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore.store import claimable
 from lakeshore.store import controller as ctl_store
 from lakeshore.store.tables import invocations, launches, namespaces, queues
 
@@ -26,8 +27,9 @@ class QueueGauges:
     namespace: str
     queue: str
     state: str  # the queue's: active, paused, draining
-    pending: int = 0
+    pending: int = 0  # a delayed submit not due yet is not pending but scheduled
     running: int = 0
+    scheduled: int = 0
     oldest_pending_at: datetime | None = None
     daemons: int = 0
     capacity: int = 0  # the daemons' max_invocations, summed
@@ -38,8 +40,9 @@ class QueueGauges:
     consecutive_below: int = 0
 
 
-async def read(conn: AsyncConnection) -> list[QueueGauges]:
-    """Every queue that is not archived, by namespace and name."""
+async def read(conn: AsyncConnection, now: datetime | None = None) -> list[QueueGauges]:
+    """Every queue that is not archived, by namespace and name, at ``now`` (what is due;
+    by default the wall clock's, a scrape's moment)."""
     named = select(
         Q.id, Q.namespace_id, Q.name, Q.state, Q.pool, namespaces.c.name.label("namespace")
     ).join(namespaces, namespaces.c.id == Q.namespace_id)
@@ -48,10 +51,17 @@ async def read(conn: AsyncConnection) -> list[QueueGauges]:
     ).all()
     counts: dict[tuple[str, str], int] = {}
     oldest: dict[str, datetime] = {}
-    by_state = (
-        select(INV.queue_id, INV.state, func.count(), func.min(INV.created_at))
+    # a delayed submit not due yet counts as scheduled, not pending (store/claimable.py)
+    at = datetime.now(UTC) if now is None else now
+    as_counted = case((claimable.scheduled(at), literal_column("'scheduled'")), else_=INV.state)
+    rows_by_state = (
+        select(INV.queue_id, as_counted.label("counted"), INV.created_at)
         .where(INV.state.in_(COUNTED_STATES))
-        .group_by(INV.queue_id, INV.state)
+        .subquery()
+    )
+    g = rows_by_state.c
+    by_state = select(g.queue_id, g.counted, func.count(), func.min(g.created_at)).group_by(
+        g.queue_id, g.counted
     )
     for queue_id, state, n, first in (await conn.execute(by_state)).all():
         counts[(queue_id, state)] = int(n)
@@ -77,6 +87,7 @@ async def read(conn: AsyncConnection) -> list[QueueGauges]:
                 state=state,
                 pending=counts.get((queue_id, "pending"), 0),
                 running=counts.get((queue_id, "running"), 0),
+                scheduled=counts.get((queue_id, "scheduled"), 0),
                 oldest_pending_at=oldest.get(queue_id),
                 daemons=daemons,
                 capacity=capacity,

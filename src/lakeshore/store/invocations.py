@@ -213,6 +213,8 @@ async def insert_many(
     its key (read back: only rows whose key was taken cost a read)."""
     if not rows:
         return []
+    if any(row["available_at"] != rows[0]["available_at"] for row in rows):
+        return await _insert_by_due_time(conn, rows)
     statement = _INSERT["postgresql" if _is_pg(conn) else "sqlite"]
     inserted = set((await conn.execute(statement, _parameters(conn, rows))).scalars())
     by_key: dict[tuple[str, str], dict[str, Any] | RowMapping] = {}
@@ -238,6 +240,22 @@ async def insert_many(
         stored[row["id"]] if row["id"] in inserted else by_key[(row["queue_id"], row["key"])]
         for row in rows
     ]
+
+
+async def _insert_by_due_time(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]]
+) -> list[dict[str, Any] | RowMapping]:
+    """:func:`insert_many` of a batch whose rows fall due at different times (delayed
+    submits): one statement per due time, each with its rows in order. A key the batch
+    repeats across two of them is found taken by the later one, as within one."""
+    by_due: dict[datetime, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_due.setdefault(row["available_at"], []).append(row)
+    stored: dict[str, dict[str, Any] | RowMapping] = {}
+    for group in by_due.values():
+        for row, kept in zip(group, await insert_many(conn, group), strict=True):
+            stored[row["id"]] = kept
+    return [stored[row["id"]] for row in rows]
 
 
 async def insert_one_at(
@@ -623,19 +641,28 @@ def _expired(cutoff_s: float, now: datetime) -> dict[str, Any]:
 _NEVER_STARTED = (C.state == "pending", C.started_at.is_(None))
 
 
+def _due_before(at: datetime) -> ColumnElement[bool]:
+    """Never-started work due before ``at``: a delayed submit's cutoff counts from its
+    due time (``available_at``), anyone else's from its submit, which is then the same
+    instant. A row is never due before it was made, so ``created_at`` bounds it too,
+    and lets the queue's index read only the rows old enough."""
+    return and_(C.created_at < at, C.available_at < at)
+
+
 async def expire_overdue(
     conn: AsyncConnection, queue_id: str, cutoff_s: float, now: datetime
 ) -> int:
-    """``deadline_cutoff_s`` of one queue: pending work never started and submitted longer
-    ago than that is expired. A cutoff the date arithmetic cannot hold (stored before
-    cutoffs were bounded) reaches back before any submit: nothing is overdue."""
+    """``deadline_cutoff_s`` of one queue: pending work never started and due (submitted,
+    unless delayed) longer ago than that is expired. A cutoff the date arithmetic cannot
+    hold (stored before cutoffs were bounded) reaches back before any submit: nothing is
+    overdue."""
     try:
         late_before = now - timedelta(seconds=cutoff_s)
     except (OverflowError, ValueError):
         return 0
     expired = await conn.execute(
         update(invocations)
-        .where(C.queue_id == queue_id, *_NEVER_STARTED, C.created_at < late_before)
+        .where(C.queue_id == queue_id, *_NEVER_STARTED, _due_before(late_before))
         .values(_expired(cutoff_s, now))
     )
     return int(expired.rowcount)
@@ -706,7 +733,7 @@ async def _expire(
         update(invocations)
         .where(
             *_NEVER_STARTED,
-            or_(*(and_(C.queue_id.in_(ids), C.created_at < t) for t, ids in late.values())),
+            or_(*(and_(C.queue_id.in_(ids), _due_before(t)) for t, ids in late.values())),
         )
         .values(state="expired", finished_at=now, error=error)
         .returning(C.id, C.queue_id)
@@ -724,6 +751,13 @@ async def next_available_at(conn: AsyncConnection, queue_ids: Sequence[str]) -> 
     )
     value: datetime | None = (await conn.execute(query)).scalar_one()
     return value
+
+
+async def scheduled_count(conn: AsyncConnection, queue_id: str, now: datetime) -> int:
+    """How many of the queue's delayed submits are not due yet at ``now``
+    (:func:`claimable.scheduled`): counted apart from ``pending`` until due."""
+    query = select(func.count()).where(C.queue_id == queue_id, claimable.scheduled(now))
+    return int((await conn.execute(query)).scalar_one())
 
 
 DUE_SCAN = 1000  # the most not-yet-due rows a look for the next due time reads

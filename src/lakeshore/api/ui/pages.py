@@ -303,6 +303,7 @@ async def queues_page(
                 "policy": _policy_words(elasticity),
                 "provider": queue.spec.provider_ref or "—",
                 "pending": g.pending if g else 0,
+                "scheduled": g.scheduled if g else 0,  # delayed, not due yet
                 "running": g.running if g else 0,
                 "oldest": (snapshot.taken_at - g.oldest_pending_at).total_seconds()
                 if g and g.oldest_pending_at
