@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -24,6 +25,13 @@ Queue = Annotated[
     typer.Option("--queue", "-q", help="The queue the schedule submits to.", show_default=False),
 ]
 Json = Annotated[bool, typer.Option("--json", help=output.JSON_HELP)]
+
+
+class CatchUp(StrEnum):
+    none = "none"
+    one = "one"
+    all = "all"
+
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
@@ -99,13 +107,13 @@ def create(
         str, typer.Option("--timezone", help="The IANA time zone of --cron (Europe/Paris).")
     ] = "UTC",
     catch_up: Annotated[
-        str,
+        CatchUp,
         typer.Option(
             "--catch-up",
             help="Slots missed while no server led: none (skip them), one (the latest), all "
             "(every one, oldest first).",
         ),
-    ] = "one",
+    ] = CatchUp.one,
     paused: Annotated[bool, typer.Option("--paused", help="Create it paused.")] = False,
     as_json: Json = False,
 ) -> None:
@@ -118,7 +126,7 @@ def create(
         "fn": fn,
         "args": [_json_value(a, "--arg") for a in arg or []],
         "timezone": timezone,
-        "catch_up": catch_up,
+        "catch_up": catch_up.value,
         "enabled": not paused,
     }
     if kwargs is not None:
