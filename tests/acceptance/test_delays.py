@@ -7,12 +7,15 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from lakeshore.sdk import Client, udf
+from tests import udfs_delays
 from tests.acceptance.conftest import LAKESHORE, Cli, LakeshoreServer, clean_env
 from tests.acceptance.test_daemons import stop, wait_for
 
@@ -27,16 +30,20 @@ DELAY_S = 2.0
 SOON_S = 3.0
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def http(server: LakeshoreServer) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {server.admin_token}"}
     with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
         yield client
 
 
-@pytest.fixture
-def idle_daemon(server: LakeshoreServer, http: httpx.Client, tmp_path: Path) -> Iterator[str]:
-    """A daemon long-polling an empty queue (its first invocation done: it is warm)."""
+@pytest.fixture(scope="module")
+def idle_daemon(
+    server: LakeshoreServer, http: httpx.Client, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A daemon long-polling an empty queue (its first invocation done: it is warm); each
+    test leaves it idle again."""
+    tmp_path = tmp_path_factory.mktemp(f"delays-{server.backend}")
     queue = f"delays-{server.backend}"
     env = clean_env(
         LAKESHORE_URL=server.url,
@@ -114,3 +121,21 @@ def test_the_cli_submits_with_a_delay_and_a_time(
             "the delayed invocation",
         )
         assert float(done["result"]) >= due
+
+
+def test_the_sdk_submits_with_a_delay_and_a_time(server: LakeshoreServer, idle_daemon: str) -> None:
+    with Client(server.url, server.admin_token) as client:
+        began = udf(queue=idle_daemon, client=client)(udfs_delays.began)
+        before = time.time()
+        delayed = began.submit(_delay=2)
+        timed = client.submit(
+            idle_daemon,
+            "tests.udfs_delays:began",
+            not_before=datetime.fromtimestamp(before + 3, UTC),
+        )
+        with pytest.raises(ValueError, match="not both"):
+            began.submit(_delay=1, _not_before=datetime.now(UTC))
+        with pytest.raises(ValueError, match="aware"):
+            began.submit(_not_before=datetime.now())  # naive on purpose
+        assert delayed.result(timeout=30) >= before + 2
+        assert timed.result(timeout=30) >= before + 3
