@@ -87,6 +87,21 @@ class ScheduleSpec:
 EDITABLE: Final = frozenset(_Body.model_fields) - {"name"}
 
 
+def json_schema(*, patch: bool = False) -> dict[str, Any]:
+    """The JSON schema of a schedule as a create takes it (``patch``: of a change)."""
+    schema = _Body.model_json_schema()
+    schema["title"] = "SchedulePatch" if patch else "Schedule"
+    schema["description"] = (
+        "The fields to change (each replaces the stored one)"
+        if patch
+        else "A periodic schedule: exactly one of cron and every_s"
+    )
+    if patch:
+        del schema["properties"]["name"]
+        schema.pop("required", None)
+    return schema
+
+
 def parse(data: Any) -> ScheduleSpec:
     """Validate a whole schedule; :class:`InvalidInput` names the field."""
     if not isinstance(data, dict):

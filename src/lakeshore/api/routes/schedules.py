@@ -8,11 +8,17 @@ from fastapi import APIRouter, Body, Response
 
 from lakeshore.api.deps import InNamespace, State
 from lakeshore.api.routes.queues import JsonOnly
+from lakeshore.domain import schedules as rules
 from lakeshore.services import schedules as schedule_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}/queues/{queue}/schedules", tags=["schedules"])
 
 RawBody = Annotated[Any, Body()]
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    content = {"application/json": {"schema": schema}}
+    return {"requestBody": {"required": True, "content": content}}
 
 
 @router.get("", summary="List a queue's schedules, by name")
@@ -22,7 +28,13 @@ async def list_schedules(queue: str, ns: InNamespace, state: State) -> dict[str,
     return {"schedules": [schedule.to_json(now) for schedule in found]}
 
 
-@router.post("", status_code=201, summary="Create a schedule", dependencies=[JsonOnly])
+@router.post(
+    "",
+    status_code=201,
+    summary="Create a schedule",
+    dependencies=[JsonOnly],
+    openapi_extra=_body(rules.json_schema()),
+)
 async def create_schedule(
     queue: str, ns: InNamespace, state: State, body: RawBody
 ) -> dict[str, Any]:
@@ -40,6 +52,7 @@ async def get_schedule(queue: str, name: str, ns: InNamespace, state: State) -> 
     "/{name}",
     summary="Change a schedule: each field given replaces it (enabled: false pauses it)",
     dependencies=[JsonOnly],
+    openapi_extra=_body(rules.json_schema(patch=True)),
 )
 async def patch_schedule(
     queue: str, name: str, ns: InNamespace, state: State, body: RawBody
