@@ -21,6 +21,7 @@ from lakeshore.services import reaper
 from lakeshore.services.handoff import Waiting
 from lakeshore.store.engine import Store
 from tests.conftest import ADMIN, ADMIN_TOKEN, FakeClock
+from tests.integration.test_api_metrics import queue_value, scrape
 from tests.integration.test_api_workers import (
     NS,
     W,
@@ -231,3 +232,33 @@ async def test_the_dashboard_shows_the_scheduled_count_beside_pending(
         assert re.search(row, listing.text, re.S), listing.text
         page = await browser.get("/ui/ns/default/queues/q", headers={"HX-Request": "true"})
         assert re.search(r'id="q-scheduled">2<', page.text), page.text
+
+
+async def test_an_empty_claim_does_not_wait_for_a_delayed_submit(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    """``next_in_s`` (what a --burst daemon waits for before it exits) leaves out work
+    not due yet: a burst daemon runs what is queued, not what is scheduled."""
+    worker = await hello(api, ["q"])
+    await submit(api, delay_s=3600)
+    empty = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
+    assert empty.json() == {"invocations": [], "next_in_s": None}
+    clock.advance(3600)
+    due = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
+    assert [i["state"] for i in due.json()["invocations"]] == ["running"]
+
+
+async def test_metrics_count_a_delayed_submit_as_scheduled_until_due(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await submit(api)
+    await submit(api, delay_s=10)
+    assert await queue_gauges(api) == (1.0, 1.0)
+    clock.advance(10)  # past the scrape's one-second reuse too: the store is read again
+    assert await queue_gauges(api) == (2.0, 0.0)
+
+
+async def queue_gauges(api: httpx.AsyncClient) -> tuple[float, float]:
+    """/metrics' pending and scheduled of queue q."""
+    found = await scrape(api)
+    return (queue_value(found, "pending", "q"), queue_value(found, "scheduled", "q"))

@@ -254,7 +254,7 @@ class Metrics:
             )
             if not fresh:
                 async with store.read() as conn:
-                    self._reading = await gauge_store.read(conn)
+                    self._reading = await gauge_store.read(conn, now)
                 self._read_at = now
             return self._reading
 
@@ -278,6 +278,7 @@ class _StoreGauges(Collector):
             name: GaugeMetricFamily(f"lakeshore_queue_{name}", words, labels=labels)
             for name, words in (
                 ("pending", "Invocations waiting to be claimed (a retry's backoff included)."),
+                ("scheduled", "Delayed submits not due yet (not counted in pending)."),
                 ("running", "Invocations leased to a worker."),
                 ("oldest_pending_age_seconds", "Age of the oldest pending invocation (0: none)."),
                 ("daemons", "Workers subscribed to the queue (retiring ones left out)."),
@@ -303,6 +304,7 @@ class _StoreGauges(Collector):
                 age = max(0.0, (self.now - g.oldest_pending_at).total_seconds())
             values = {
                 "pending": g.pending,
+                "scheduled": g.scheduled,
                 "running": g.running,
                 "oldest_pending_age_seconds": age,
                 "daemons": g.daemons,

@@ -347,7 +347,7 @@ async def next_claimable_in_s(
         worker = await _worker_in(conn, caller, worker_id)
         queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
         dispatching = [q["id"] for q in queues if q["own"] and q["state"] != "paused"]
-        at = await inv_store.next_available_at(conn, dispatching)
+        at = await inv_store.next_available_at(conn, dispatching, now)
     return None if at is None else max(0.0, (at - now).total_seconds())
 
 

@@ -741,13 +741,17 @@ async def _expire(
     return sorted((str(i), str(q)) for i, q in done.all())
 
 
-async def next_available_at(conn: AsyncConnection, queue_ids: Sequence[str]) -> datetime | None:
+async def next_available_at(
+    conn: AsyncConnection, queue_ids: Sequence[str], now: datetime
+) -> datetime | None:
     """When the earliest pending invocation of these queues is (or was) claimable; None
-    when they hold no pending work."""
+    when they hold no pending work. A delayed submit not due yet at ``now`` is left out
+    (:func:`claimable.waiting`): a ``--burst`` daemon runs what is queued and exits, and
+    is not held until a time that may be a year away."""
     if not queue_ids:
         return None
     query = select(func.min(C.available_at)).where(
-        C.queue_id.in_(list(queue_ids)), C.state == "pending"
+        C.queue_id.in_(list(queue_ids)), claimable.waiting(now)
     )
     value: datetime | None = (await conn.execute(query)).scalar_one()
     return value
