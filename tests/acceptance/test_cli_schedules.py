@@ -62,6 +62,10 @@ def test_create_list_show_pause_resume_delete(cli: Cli, queue: str, http: httpx.
         "nightly" in table.stdout and "every 1s" in table.stdout and "Europe/Berlin" in table.stdout
     )
 
+    explained = cli.run("queues", "explain", queue)
+    assert explained.returncode == 0, explained
+    assert "schedule nightly: next slot 20" in explained.stdout
+
     paused = cli.run("schedules", "pause", "tick", "--queue", queue)
     assert paused.returncode == 0 and "paused" in paused.stdout, paused
     shown = cli.run("schedules", "show", "tick", "--queue", queue, "--json").json()

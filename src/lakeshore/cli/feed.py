@@ -155,6 +155,10 @@ def explain(
         f"{now['pending']} pending, {now['running']} running, "
         f"utilization {now['utilization']:.2f}",
     ]
+    lines += [  # the queue's periodic schedules
+        f"schedule {s['name']}: next slot {s['next_slot'] or 'none (paused)'}"
+        for s in now.get("schedules", [])
+    ]
     if latest is not None:
         lines += [
             f"latest decision ({data['ageSeconds']:g} s ago): {latest['action']}",
