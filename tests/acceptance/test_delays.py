@@ -24,10 +24,9 @@ pytestmark = pytest.mark.acceptance
 ROOT = Path(__file__).resolve().parents[2]
 NS = "/v1/namespaces/default"
 DELAY_S = 2.0
-# the target is 1 s (bench figures in docs/benchmarks.md); a shared, loaded test
-# machine gets a margin, not a different rule: "soon after" is still well under the
-# daemon's 20 s long-poll and the server's re-check
-SOON_S = 3.0
+# within a second of its due time (25 probes on a loaded machine: at most 51 ms late on
+# SQLite, 93 ms on PostgreSQL, submit latency included; docs/benchmarks.md)
+SOON_S = 1.0
 
 
 @pytest.fixture(scope="module")
