@@ -296,14 +296,19 @@ async def run_forever(
     working: asyncio.Lock | None = None,
 ) -> None:
     """Every ``interval_s``, while this server leads the cluster, enqueue the due slots.
-    ``working`` is held through each step (the server stops the loop between two)."""
+    ``working`` is held through each step (the server stops the loop between two).
+
+    Leadership is taken (and checked) by the controller's loop, every elasticity
+    interval; this loop only reads it. Trying for the lock here too would open a
+    connection to PostgreSQL every second on every replica that does not lead. A leader
+    that lost its lock without knowing it yet may step once more beside the new one: the
+    slots' keys make that harmless."""
     working = working or asyncio.Lock()
     limiter = submits.RateLimiter()
     while True:
         try:
             async with working:
-                led = await leadership.try_lead()
-                if led.unpinned:
+                if leadership.leads_cluster:
                     for outcome in await enqueue_due(store, notifier, clock(), limiter=limiter):
                         _log(outcome)
         except Exception:
