@@ -3,6 +3,7 @@ create, list, show, pause, resume, delete, bad input, and the server enqueueing 
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -134,3 +135,14 @@ def test_apply_creates_then_reports_unchanged_and_dry_run_shows_a_change(
     assert applied.returncode == 0, applied
     changed = http.get(f"/v1/namespaces/default/queues/{queue}/schedules/nightly").json()
     assert changed["cron"] == "30 3 * * *"
+
+
+def test_help_lists_every_schedule_command_and_explains_each_flag(offline_cli: Cli) -> None:
+    group = offline_cli.run("schedules", "--help")
+    assert group.returncode == 0, group
+    for command in ("create", "list", "show", "pause", "resume", "delete"):
+        assert re.search(rf"^\W*{command}\s", group.stdout, re.MULTILINE), command
+    create = offline_cli.run("schedules", "create", "--help")
+    for flag in ("--queue", "--cron", "--every", "--fn", "--arg", "--kwargs", "--timezone"):
+        assert flag in create.stdout, flag
+    assert "seconds first" in create.stdout and "none|one|all" in create.stdout
