@@ -33,6 +33,7 @@ from lakeshore.services import invocations as inv_service
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import providers as provider_service
 from lakeshore.services import queues as queue_service
+from lakeshore.services import schedules as schedule_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.namespaces import Namespace
 from lakeshore.store import invocations as inv_store
@@ -343,6 +344,9 @@ async def queue_page(
     state = who.state
     queue = await queue_service.get(state.store, who.ns, name)
     explained = await feed_service.explain(state.store, who.ns, name, who.now, by_state=False)
+    explained["now"]["schedules"] = await schedule_service.next_slots(
+        state.store, who.ns, name, who.now
+    )
     if _live(request):
         return who.page(request, "_queue_summary.html", queue=queue, explain=explained)
     events = await feed_service.queue_events(state.store, who.ns, name, verbose=verbose, limit=PAGE)
