@@ -245,3 +245,16 @@ async def test_stats_and_explain_show_each_schedule_s_next_slot(
     explained = await api.get(f"{QUEUES}/jobs/explain")
     assert explained.status_code == 200, explained.text
     assert explained.json()["now"]["schedules"] == expected
+
+
+@pytest.mark.usefixtures("jobs")
+async def test_a_new_timing_starts_from_now_and_does_not_replay_the_past(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    await create(api, name="tick", every_s=3600, catch_up="all")
+    clock.advance(1800)
+    changed = await api.patch(f"{SCHEDULES}/tick", json={"every_s": 2})
+    assert changed.json()["next_slot"] == "2026-01-01T12:30:02Z"
+    clock.advance(2.5)
+    await step(store, clock)
+    assert [i["key"] for i in await invocations(api)] == ["schedule:tick:2026-01-01T12:30:02Z"]

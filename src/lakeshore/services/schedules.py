@@ -152,20 +152,27 @@ async def patch(
     store: Store, ns: Namespace, queue: str, name: str, changes: Any, now: datetime
 ) -> Schedule:
     """Change the fields given. A schedule resumed (``enabled`` made true) starts from
-    ``now``: the slots of its pause are not enqueued."""
+    ``now``: the slots of its pause are not enqueued. So does one given a new timing
+    (``cron``, ``every_s``, ``timezone``): the new slots start after ``now``, and the time
+    since the last slot is not replayed on them."""
     now = now.astimezone(UTC)
     async with store.write() as conn:
         row = await _row(conn, ns, queue, name, lock=True)
         before = _spec_of(row)
         spec = rules.patched(before, changes)
         resumed = spec.enabled and not before.enabled
+        retimed = (spec.cron, spec.every_s, spec.timezone) != (
+            before.cron,
+            before.every_s,
+            before.timezone,
+        )
         await schedule_store.update_schedule(
             conn,
             row["id"],
             spec=_stored(spec),
             enabled=spec.enabled,
             now=now,
-            last_slot=max(row["last_slot"], now) if resumed else None,
+            last_slot=max(row["last_slot"], now) if resumed or retimed else None,
         )
         updated = await schedule_store.get_by_id(conn, row["id"])
     assert updated is not None
