@@ -295,10 +295,11 @@ def run_backend(backend: str, opts: argparse.Namespace) -> None:
                 probing(http, su, tok, tmp, "probe-a"),
             ):
                 rate_a, _, _ = drain(http, su, tok, tmp, "drain-a", opts)
-            p99_a = percentile([wait_ms(p) for p in times(url, "probe-a")[1:]], 99)
+            probes_a = [wait_ms(p) for p in times(url, "probe-a")[1:]]
+            p99_a = percentile(probes_a, 99)
             print(
                 f"[{backend}] without pruning: {rate_a:,.0f} jobs/s, "
-                f"probe submit→start p99 {p99_a:,.1f} ms",
+                f"probe submit→start p99 {p99_a:,.1f} ms ({_spread(probes_a)})",
                 flush=True,
             )
             with (
@@ -321,10 +322,17 @@ def run_backend(backend: str, opts: argparse.Namespace) -> None:
                 f"[{backend}] while pruning: {rate_b:,.0f} jobs/s over the drain "
                 f"({rate_b / rate_a:.2f}x), {rate_during:,.0f} jobs/s over the pruning's span "
                 f"({rate_during / rate_a:.2f}x); probe submit→start p99 {p99_b:,.1f} ms "
-                f"({p99_b / p99_a:.2f}x, {len(probes)} probes); pruned {opts.history:,} "
+                f"({p99_b / p99_a:.2f}x, {len(probes)} probes: {_spread(probes)}); "
+                f"pruned {opts.history:,} "
                 f"in {span:.1f} s ({opts.history / max(span, 1e-9):,.0f} rows/s)",
                 flush=True,
             )
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "none"
+    return f"p50 {percentile(values, 50):,.1f}, p95 {percentile(values, 95):,.1f} ms"
 
 
 def _client(url: str, token: str) -> httpx.Client:
