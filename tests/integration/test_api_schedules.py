@@ -258,3 +258,20 @@ async def test_a_new_timing_starts_from_now_and_does_not_replay_the_past(
     clock.advance(2.5)
     await step(store, clock)
     assert [i["key"] for i in await invocations(api)] == ["schedule:tick:2026-01-01T12:30:02Z"]
+
+
+async def test_a_slot_the_queue_refuses_is_kept_for_the_next_step(
+    api: httpx.AsyncClient, store: Store, clock: FakeClock
+) -> None:
+    full_at_one = {"name": "jobs", "admission": {"max_depth": 1, "on_full": "reject"}}
+    assert (await api.post(QUEUES, json=full_at_one)).status_code == 201
+    await create(api, name="tick", every_s=2, catch_up="all")
+    clock.advance(4.5)
+    [done] = await step(store, clock)  # 12:00:02 goes in, 12:00:04 finds the queue full
+    assert [s.isoformat()[11:19] for s in done.slots] == ["12:00:02"]
+    assert (await api.get(f"{SCHEDULES}/tick")).json()["last_slot"] == "2026-01-01T12:00:02Z"
+    [first] = await invocations(api)
+    cancelled = await api.post(f"/v1/namespaces/default/invocations/{first['id']}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    await step(store, clock)
+    assert [i["key"][-9:] for i in await invocations(api)] == ["12:00:02Z", "12:00:04Z"]

@@ -39,6 +39,7 @@ from lakeshore.store.leadership import Leadership
 log = logging.getLogger("lakeshore.schedules")
 
 TICK_S: Final = 1.0  # how often the leader looks for due slots
+_REFUSED: dict[str, str] = {}  # schedule id → the refusal last logged for it
 _CLOSED: Final = ("draining", "archived")  # queues that take no submits
 
 
@@ -268,7 +269,11 @@ async def _enqueue_one(
                 store, notifier, limiter, ns, row["queue_name"], [body], now, block_s=0.0
             )
         except LakeshoreError as exc:
-            log.warning(
+            # a queue that stays full refuses every step: said once, until it changes
+            said = _REFUSED.get(row["id"]) == exc.message
+            _REFUSED[row["id"]] = exc.message
+            log.log(
+                logging.DEBUG if said else logging.WARNING,
                 "schedule %s: the slot %s was refused (%s); retried on the next step",
                 spec.name,
                 _iso(slot),
@@ -280,6 +285,8 @@ async def _enqueue_one(
             last = slots[position - 1]
             break
         made.append(invocation["id"])
+    if made:
+        _REFUSED.pop(row["id"], None)
     async with store.write() as conn:  # both, or neither: a repeat marks the same rows
         await schedule_store.mark_made(conn, spec.name, list(zip(made, slots, strict=False)))
         await schedule_store.advance(conn, row["id"], was=row["last_slot"], to=last)
