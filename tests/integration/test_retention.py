@@ -14,7 +14,7 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import bindparam, func, insert, select, text
 
 from lakeshore.api.app import create_app
 from lakeshore.api.deps import AppState
@@ -23,7 +23,7 @@ from lakeshore.domain.retention import Deleted
 from lakeshore.services import retention
 from lakeshore.store import retention as retention_store
 from lakeshore.store.leadership import Leadership, Led, Solo
-from lakeshore.store.tables import elasticity_events, namespaces, stream_items
+from lakeshore.store.tables import elasticity_events, invocations, namespaces, stream_items
 from tests.conftest import ADMIN, FakeClock
 from tests.integration.test_api_workers import claim, hello, submit
 
@@ -250,9 +250,13 @@ async def test_the_sweep_reads_finished_rows_through_their_partial_index(
     query = retention_store.finished_batch("q_1", clock(), 1000)
     async with state.store.write() as conn:
         compiled = query.compile(conn.sync_connection, compile_kwargs={"literal_binds": True})
-        if conn.dialect.name == "postgresql":
+        if conn.dialect.name == "postgresql":  # the batch's own statement there
             await conn.execute(text("SET LOCAL enable_seqscan = off"))
-            plan = (await conn.execute(text(f"EXPLAIN {compiled}"))).scalars().all()
+            explain = text(f"EXPLAIN {retention_store.DELETE_FINISHED_PG.text}").bindparams(
+                bindparam("before", type_=invocations.c.finished_at.type)
+            )
+            params = {"queue_id": "q_1", "before": clock(), "limit": 1000}
+            plan = (await conn.execute(explain, params)).scalars().all()
         else:
             rows = (await conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}"))).all()
             plan = [str(row[-1]) for row in rows]
