@@ -14,10 +14,10 @@ days ago. Then, in turn on that same store, a real ``lakeshore server``:
    sweep prunes it while they drain.
 
 Figures: the drain's jobs/s — over the whole drain, and counted over the pruning's span
-only (invocations started while it ran) — and the probe's submit→start p99 (its
-``started_at - created_at``; the drain's own waits are its backlog, the same in both
-runs), with and without pruning; and how long the pruning took (first to last deleted
-row, read from ``/metrics``).
+only (invocations started while it ran) — and the probe's submit→start p99 (from just
+before its submit was sent to its ``started_at``; the drain's own waits are its backlog,
+the same in both runs), with and without pruning; and how long the pruning took (first
+to last deleted row, read from ``/metrics``).
 
 Usage (from the repository root)::
 
@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 from sqlalchemy import create_engine, insert, pool, select, text
@@ -146,6 +147,24 @@ def wait_ms(pair: tuple[datetime, datetime]) -> float:
     return (pair[1] - pair[0]).total_seconds() * 1000
 
 
+def probe_waits(url: str, queue: str) -> list[tuple[datetime, datetime]]:
+    """(sent, started) of each probe: from just before its submit was sent (the client's
+    clock) to its start as the server stamped it (the same machine's clock), so the
+    submit's round trip is included."""
+    engine = create_engine(parse_url(url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(invocations.c.id, invocations.c.started_at).where(
+                    invocations.c.queue_name == queue
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    pairs = [(Probe.sent[i], started) for i, started in rows if i in Probe.sent and started]
+    return sorted(pairs)
+
+
 def deleted_invocations(http: httpx.Client) -> float:
     for line in http.get("/metrics").text.splitlines():
         if line.startswith('lakeshore_retention_deleted_total{kind="invocations"}'):
@@ -188,6 +207,8 @@ class Probe:
     """One no-op every ``PROBE_EVERY_S`` to ``queue`` (served by an idle daemon), in a
     thread, for as long as the block runs."""
 
+    sent: ClassVar[dict[str, datetime]] = {}  # invocation id → when its submit was sent
+
     def __init__(self, http: httpx.Client, queue: str) -> None:
         self.http, self.queue = http, queue
         self._stop = threading.Event()
@@ -195,7 +216,9 @@ class Probe:
 
     def _run(self) -> None:
         while not self._stop.wait(PROBE_EVERY_S):
-            check(self.http.post(f"{NS}/queues/{self.queue}/invocations", json=NOOP), 201)
+            sent = datetime.now(UTC)
+            made = check(self.http.post(f"{NS}/queues/{self.queue}/invocations", json=NOOP), 201)
+            Probe.sent[made["id"]] = sent
 
     def __enter__(self) -> Probe:
         self._thread.start()
@@ -295,7 +318,7 @@ def run_backend(backend: str, opts: argparse.Namespace) -> None:
                 probing(http, su, tok, tmp, "probe-a"),
             ):
                 rate_a, _, _ = drain(http, su, tok, tmp, "drain-a", opts)
-            probes_a = [wait_ms(p) for p in times(url, "probe-a")[1:]]
+            probes_a = [wait_ms(p) for p in probe_waits(url, "probe-a")]
             p99_a = percentile(probes_a, 99)
             print(
                 f"[{backend}] without pruning: {rate_a:,.0f} jobs/s, "
@@ -315,9 +338,10 @@ def run_backend(backend: str, opts: argparse.Namespace) -> None:
                 raise BenchError(f"[{backend}] the pruning did not finish")
             span = (last - first).total_seconds()
             during = [p for p in times(url, "drain-b") if first <= p[1] <= last]
-            probes = [wait_ms(p) for p in times(url, "probe-b")[1:] if first <= p[0] <= last]
+            probes = [wait_ms(p) for p in probe_waits(url, "probe-b") if first <= p[0] <= last]
             rate_during = len(during) / span if span > 0 else float("nan")
             p99_b = percentile(probes, 99) if probes else float("nan")
+            p99_a = p99_a or float("nan")
             print(
                 f"[{backend}] while pruning: {rate_b:,.0f} jobs/s over the drain "
                 f"({rate_b / rate_a:.2f}x), {rate_during:,.0f} jobs/s over the pruning's span "
