@@ -30,8 +30,8 @@ MAX_BATCHES: Final = 1_000  # per kind and sweep: a sweep ends, and the next one
 # after each batch the sweep waits this many times as long as the batch took: on SQLite
 # (one writer) back-to-back batches held the writer lock most of the time, and a drain
 # running meanwhile went at half its speed (bench/retention.py); at four times the
-# sweep holds the store at most a fifth of the time, and still deletes some 2,000 rows a
-# second on SQLite (more on PostgreSQL), about 170 million a day
+# sweep holds the store at most a fifth of the time, and still deleted some 7,000
+# invocations a second on either store (docs/benchmarks.md), 600 million a day
 PAUSE_SHARE: Final = 4.0
 MAX_PAUSE_S: Final = 2.0
 
