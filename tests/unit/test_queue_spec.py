@@ -385,7 +385,7 @@ def test_an_auth_policy_names_actions_and_tokens(policy: Any, field: str, messag
             spec(elasticity={"kind": "Fixed"}),
             "elasticity.kind",
             'elasticity.kind: unknown kind "Fixed"; expected one of fixed, fully_elastic, '
-            "pool_with_threshold, max_count",
+            "pool_with_threshold, max_count, wait_target",
         ),
     ],
 )

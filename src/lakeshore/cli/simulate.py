@@ -25,6 +25,7 @@ from lakeshore.cli.client import CliError
 from lakeshore.cli.context import CliContext
 from lakeshore.cli.feed import TIMES
 from lakeshore.domain.queue import READ_ONLY_FIELDS, QueueSpec, parse_spec
+from lakeshore.elasticity import hindsight
 from lakeshore.elasticity.simulate import RELAUNCH_S, Fleet, Report, SimulationError
 from lakeshore.elasticity.simulate import simulate as play
 from lakeshore.elasticity.workload import (
@@ -183,7 +184,7 @@ _ROWS: Final = (
 )
 
 
-def _table(reports: list[Report], workload: Workload) -> None:
+def _table(reports: list[Report], workload: Workload, against: Against | None = None) -> None:
     source = workload.source
     what = (
         f"{source['arrivals']}"
@@ -199,6 +200,14 @@ def _table(reports: list[Report], workload: Workload) -> None:
             value = summary[key]
             cells.append(str(len(value)) if key == "decisions" else shape.format(value))
         out.add_row(label, *cells)
+    if against is not None:
+        target = f"{against.target_s:g} s"
+        scores = against.scores
+        out.add_row(f"5-min windows p95 <= {target}", *(f"{s.windows_met:.1%}" for s in scores))
+        out.add_row(
+            "… where hindsight met it", *(f"{s.met_where_baseline_met:.1%}" for s in scores)
+        )
+        out.add_row("daemon-hours / hindsight", *(f"{s.over_floor:.2f}x" for s in scores))
     output.console.print(out)
 
 
@@ -280,10 +289,12 @@ def run(
     drain: bool,
     decisions: bool,
     as_json: bool,
+    target_wait: str | None = None,
 ) -> None:
     """``lakeshore simulate`` (its options are declared in
     ``lakeshore.cli.simulate_command``)."""
     service_dist, boot_dist = _dist("--service", service), _dist("--boot", boot)
+    target_s = _seconds("--target-wait", target_wait) if target_wait is not None else None
     if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
         raise _bad("--plot", f"{plot}: the file must end in .png or .svg")
     wanted = list(queue or [])
@@ -323,7 +334,58 @@ def run(
             raise CliError(str(exc)) from None
     if plot is not None:
         _plot(plot, reports)
-    _print(reports, workload, fleet, boot=boot, plot=plot, decisions=decisions, as_json=as_json)
+    against = _against(reports, workload, specs, fleet, target_s) if target_s else None
+    _print(
+        reports,
+        workload,
+        fleet,
+        boot=boot,
+        plot=plot,
+        decisions=decisions,
+        as_json=as_json,
+        against=against,
+    )
+
+
+@dataclass(frozen=True)
+class Against:
+    """The wait target, the hindsight baseline, and each policy's score against both."""
+
+    target_s: float
+    floor: hindsight.Baseline
+    scores: list[hindsight.Score]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "targetWaitS": self.target_s,
+            "hindsight": {
+                "daemonHours": round(self.floor.daemon_hours, 4),
+                "windowsMet": round(len(self.floor.met) / max(1, self.floor.windows), 4),
+                "fleetPerHour": list(self.floor.fleet),
+            },
+            "policies": [
+                {
+                    "windowsMet": round(s.windows_met, 4),
+                    "metWhereHindsightMet": round(s.met_where_baseline_met, 4),
+                    "overHindsight": round(s.over_floor, 4),
+                }
+                for s in self.scores
+            ],
+        }
+
+
+def _against(
+    reports: list[Report],
+    workload: Workload,
+    specs: list[QueueSpec],
+    fleet: Fleet,
+    target_s: float,
+) -> Against:
+    template = specs[0].daemon_template
+    slots = fleet.capacity or (template.capacity if template and template.capacity else 1)
+    floor = hindsight.baseline(workload.work, target_s, workload.duration_s, slots)
+    scores = [hindsight.score(r.started, r.daemon_hours, target_s, floor) for r in reports]
+    return Against(target_s, floor, scores)
 
 
 def _print(
@@ -335,10 +397,12 @@ def _print(
     plot: Path | None,
     decisions: bool,
     as_json: bool,
+    against: Against | None = None,
 ) -> None:
     if as_json:
         output.data(
             {
+                **({"target": against.to_json()} if against is not None else {}),
                 "workload": {**workload.source, "durationS": workload.duration_s},
                 "fleet": {
                     "boot": boot,
@@ -352,7 +416,14 @@ def _print(
             }
         )
         return
-    _table(reports, workload)
+    _table(reports, workload, against)
+    if against is not None:
+        floor = against.floor
+        output.note(
+            f"hindsight baseline (each hour the smallest fixed fleet meeting p95 <= "
+            f"{against.target_s:g} s, no boot, no waste): {floor.daemon_hours:,.1f} "
+            f"daemon-hours, {len(floor.met)} of {floor.windows} windows met"
+        )
     if decisions:
         for report in reports:
             _decisions(report)

@@ -81,6 +81,16 @@ def simulate(
             show_default=False,
         ),
     ] = None,
+    target_wait: Annotated[
+        str | None,
+        typer.Option(
+            "--target-wait",
+            help="A p95 wait target (s, m or h): report each policy's share of 5-minute "
+            "windows meeting it, and its daemon-hours over the hindsight baseline's (each "
+            "hour, the smallest fixed fleet meeting it, with no boot and no waste).",
+            show_default=False,
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of every random draw.")] = 0,
     from_server: Annotated[
         bool,
@@ -118,7 +128,7 @@ def simulate(
     side by side: daemon-hours and cost, waits, launches and kills, peak
     daemons, ticks at a bound, decisions. See docs/simulate.md.
 
-    lakeshore simulate -f lakeshore.yaml --arrivals bursts:0.02,4h,100
+    lakeshore simulate -f lakeshore.yaml --arrivals bursts:0.02,4h,100 --target-wait 300s
 
     lakeshore simulate --from-server -q gpu --since 24h --plot day.png
     """
@@ -137,6 +147,7 @@ def simulate(
         interval=interval,
         daemons=daemons,
         seed=seed,
+        target_wait=target_wait,
         from_server=from_server,
         since=since,
         plot=plot,

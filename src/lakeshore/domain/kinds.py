@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Final, Literal, get_args
 
 QueueKind = Literal["fifo", "priority", "boltzmann", "filo"]
-ElasticityKind = Literal["fixed", "fully_elastic", "pool_with_threshold", "max_count"]
+ElasticityKind = Literal[
+    "fixed", "fully_elastic", "pool_with_threshold", "max_count", "wait_target"
+]
 
 QUEUE_KINDS: Final = get_args(QueueKind)
 ELASTICITY_KINDS: Final = get_args(ElasticityKind)

@@ -145,6 +145,14 @@ class Elasticity(BaseModel):
     pool: Name | None = None
     match: Match | None = None
     steal_delay_s: Annotated[float, Field(ge=0, le=MAX_DURATION_S)] | None = None
+    # launches (or kills) one tick may make for the scope: 1 by default, the spec's rule
+    # (wait_target: no limit below max)
+    max_step: Annotated[int, Field(strict=True, ge=1, le=MAX_COUNT)] | None = None
+    # wait_target: the p95 submit → start wait to keep under, and hints of the service
+    # and boot times for before the scope has a history of its own
+    wait_s: Duration | None = None
+    service_s: Duration | None = None
+    boot_s: Duration | None = None
 
     @field_validator("max")
     @classmethod
@@ -175,6 +183,14 @@ class Elasticity(BaseModel):
     @model_validator(mode="after")
     def _extras_are_json(self) -> Elasticity:
         _check_storable(self.model_extra or {})
+        return self
+
+    @model_validator(mode="after")
+    def _wait_target_has_its_wait(self) -> Elasticity:
+        if self.kind == "wait_target" and self.wait_s is None:
+            raise PydanticCustomError(
+                "missing", "wait_target needs wait_s: the p95 submit → start wait to keep under"
+            )
         return self
 
     @property

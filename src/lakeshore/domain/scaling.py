@@ -49,9 +49,9 @@ does I/O or reads a clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from lakeshore.domain.jsonsafe import printable
 from lakeshore.domain.queue import DEFAULT_THRESHOLD, DEFAULT_THRESHOLD_LOW, Elasticity, QueueSpec
@@ -102,6 +102,10 @@ class Policy:
     low: float = DEFAULT_THRESHOLD_LOW
     reserved_slots: int = 0  # the queue's reservedSlots: slots kept free above demand
     slots_per_daemon: int = 1  # a launched daemon's capacity (daemonTemplate.capacity)
+    max_step: int | None = 1  # launches (or kills) in one tick; None: no limit (wait_target)
+    wait_s: float | None = None  # wait_target: the p95 submit → start wait to keep under
+    service_s: float | None = None  # wait_target: the service time's hint
+    boot_s: float | None = None  # wait_target: the boot time's hint
 
     @classmethod
     def from_spec(cls, spec: QueueSpec) -> Policy:
@@ -124,13 +128,22 @@ class Policy:
         """The policy of a queue; no elasticity object means ``fixed``."""
         if elasticity is None:
             return cls(kind="fixed")
+        step = elasticity.max_step
         return cls(
             kind=elasticity.kind,
             min=elasticity.min or 0,
             max=elasticity.max,
             high=elasticity.high,
             low=elasticity.low,
+            max_step=step if step is not None or elasticity.kind == "wait_target" else 1,
+            wait_s=elasticity.wait_s,
+            service_s=elasticity.service_s,
+            boot_s=elasticity.boot_s,
         )
+
+    def step_of(self, wanted: int) -> int:
+        """How many of ``wanted`` launches (or kills) one tick makes: ``max_step`` at most."""
+        return wanted if self.max_step is None else min(wanted, self.max_step)
 
     @property
     def ceiling(self) -> int | None:
@@ -152,6 +165,9 @@ class Decision:
     ``counters`` are the counters to persist. ``target`` is the fleet size the decision
     aims at, when the rule has one. ``blocked_by`` names the bound (``max`` / ``min``)
     that stopped a step; ``hint`` says in words what would have to change for it to scale.
+    ``count`` is how many daemons a scale decision launches or kills (``max_step`` at
+    most; 1 under the spec's rule). ``estimates`` is what a ``wait_target`` decision was
+    computed from (each estimate with its source, the predicted waits), for the audit row.
     """
 
     action: Action
@@ -161,6 +177,8 @@ class Decision:
     target: int | None = None
     blocked_by: Bound | None = None
     hint: str | None = None
+    count: int = 1
+    estimates: Mapping[str, Any] | None = None
 
 
 def no_provider_reason(queue_name: str) -> str:
@@ -230,24 +248,39 @@ def target_of(policy: Policy, pending: int) -> int:
     return max(capped, policy.min)
 
 
+def launch_words(count: int) -> str:
+    """``launch`` (one: the spec's words), or ``launch N``."""
+    return "launch" if count == 1 else f"launch {count}"
+
+
+def kill_words(count: int) -> str:
+    """``kill one`` (the spec's words), or ``kill N``."""
+    return "kill one" if count == 1 else f"kill {count}"
+
+
 def _toward_target(policy: Policy, s: Signals) -> Decision:
     kind, target = policy.kind, target_of(policy, s.pending)
-    if target - s.daemon_count - s.in_flight > 0:
+    if (short := target - s.daemon_count - s.in_flight) > 0:
+        n = policy.step_of(short)
         return Decision(
             "scale_up",
-            f"target {target} > daemons {s.daemon_count} + in flight {s.in_flight} → launch",
+            f"target {target} > daemons {s.daemon_count} + in flight {s.in_flight} → "
+            f"{launch_words(n)}",
             Counters(),
             f"{kind}.scale_up",
             target=target,
+            count=n,
         )
     # target >= min, so "> min" follows from "> target"; kept because the spec states it
     if s.daemon_count > target and s.daemon_count > policy.min:
+        n = policy.step_of(s.daemon_count - target)
         return Decision(
             "scale_down",
-            f"daemons {s.daemon_count} > target {target} and > min {policy.min} → kill one",
+            f"daemons {s.daemon_count} > target {target} and > min {policy.min} → {kill_words(n)}",
             Counters(),
             f"{kind}.scale_down",
             target=target,
+            count=n,
         )
     return _target_noop(policy, s, target)
 
@@ -351,12 +384,16 @@ def _pool_below_min(policy: Policy, s: Signals, c: Counters) -> Decision | None:
     if have >= policy.min or (ceiling is not None and have >= ceiling):
         return None
     spent = replace(c, above=0) if c.above >= WINDOW else c
+    upto = policy.min if ceiling is None else min(policy.min, ceiling)
+    n = policy.step_of(upto - have)
     return Decision(
         "scale_up",
-        f"below min ({policy.min}): daemons {s.daemon_count} + in flight {s.in_flight} → launch",
+        f"below min ({policy.min}): daemons {s.daemon_count} + in flight {s.in_flight} → "
+        f"{launch_words(n)}",
         spent,
         "pool_with_threshold.below_min",
-        have + 1,
+        have + n,
+        count=n,
     )
 
 
@@ -404,12 +441,14 @@ def _pool_up(policy: Policy, s: Signals, c: Counters) -> Decision:
             blocked_by="max",
             hint=f"raise max above {ceiling}",
         )
+    n = policy.step_of(policy.max_step or 1) if ceiling is None else policy.step_of(ceiling - have)
     return Decision(
         "scale_up",
-        f"{seen} → launch",
+        f"{seen} → {launch_words(n)}",
         replace(c, above=0),
         "pool_with_threshold.scale_up",
-        have + 1,
+        have + n,
+        count=n,
     )
 
 
@@ -443,12 +482,17 @@ def _pool_down(policy: Policy, s: Signals, c: Counters) -> Decision:
             "pool_with_threshold.at_headroom",
             hint=f"lower reservedSlots below {policy.reserved_slots} to scale down",
         )
+    n = policy.step_of(s.daemon_count - policy.min)
+    if policy.reserved_slots:  # as many as leave reservedSlots free
+        spare = (_free_slots(policy, s) - policy.reserved_slots) // policy.slots_per_daemon
+        n = max(1, min(n, spare))
     return Decision(
         "scale_down",
-        f"{seen} → kill one",
+        f"{seen} → {kill_words(n)}",
         replace(c, below=0),
         "pool_with_threshold.scale_down",
-        s.daemon_count - 1,
+        s.daemon_count - n,
+        count=n,
     )
 
 

@@ -22,15 +22,20 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
-from lakeshore.domain import custom_scaler, fleet, scaling
+from lakeshore.domain import custom_scaler, fleet, scaling, wait_target
 from lakeshore.domain.queue import DaemonTemplate
 from lakeshore.domain.scaling import Counters, Decision, Policy, Signals
+from lakeshore.elasticity import estimates
 from lakeshore.elasticity.snapshot import Key, Snapshot
 from lakeshore.elasticity.units import Unit, distinct_workers, provider_of, tally, units_of
 
 NO_IDLE_WORKER: Final = "no idle worker to kill (busy workers are never killed)"
 AWAITING_SCALER: Final = "custom_scaler.awaiting"
-NUDGED_KINDS: Final = ("fully_elastic", "max_count")  # hysteresis policies are left alone
+NUDGED_KINDS: Final = (
+    "fully_elastic",
+    "max_count",
+    "wait_target",
+)  # hysteresis policies are left alone
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class Launch:
     provider: str
     template: DaemonTemplate | None
     membership: list[str]
+    count: int = 1  # as many daemons as the decision launches (``max_step`` at most)
 
 
 @dataclass(frozen=True)
@@ -52,14 +58,20 @@ class Step:
     policy: Policy
     decision: Decision
     counters: Counters  # the counters this step found (``decision.counters`` are next)
-    victim: str | None = None  # the worker a scale-down kills
-    launch: Launch | None = None  # the daemon a scale-up launches
+    victims: tuple[str, ...] = ()  # the workers a scale-down kills
+    launch: Launch | None = None  # the daemons a scale-up launches
     scaler: str | None = None  # a custom scaler's path, while its answer is awaited
     needs_workers: bool = False  # a scale-down whose victim waits on its workers' rows
+    demand: wait_target.Demand | None = None  # what a wait_target step decided from
 
     @property
     def key(self) -> Key:
         return self.unit.key
+
+    @property
+    def victim(self) -> str | None:
+        """The first (or only) worker a scale-down kills."""
+        return self.victims[0] if self.victims else None
 
     @property
     def action(self) -> str:
@@ -71,7 +83,7 @@ class Step:
     def downgraded(self, failure: str) -> Step:
         """This step as a no-op, ``failure`` appended to its reason (nothing to carry out)."""
         return replace(
-            self, decision=scaling.downgrade(self.decision, failure), victim=None, launch=None
+            self, decision=scaling.downgrade(self.decision, failure), victims=(), launch=None
         )
 
 
@@ -110,6 +122,11 @@ def step_of(unit: Unit, snapshot: Snapshot, previous: Step | None = None) -> Ste
     if spec.custom_scaler_udf is not None:
         waiting = Decision("tick_noop", "custom scaler not asked yet", Counters(), AWAITING_SCALER)
         return Step(unit, s, policy, waiting, kept, scaler=spec.custom_scaler_udf)
+    if policy.kind == "wait_target":
+        history = snapshot.history.get(unit.key, estimates.History())
+        demand = estimates.demand(policy, history)
+        decided = wait_target.decide(policy, s, demand)
+        return _settle(Step(unit, s, policy, decided, kept, demand=demand), counted.workers)
     return _settle(Step(unit, s, policy, scaling.decide(policy, s, kept), kept), counted.workers)
 
 
@@ -123,6 +140,7 @@ def _same_inputs(previous: Step, unit: Unit, s: Signals, counters: Counters) -> 
     rule = previous.decision.rule
     return (
         previous.scaler is None
+        and previous.demand is None  # wait_target reads its history too
         and not rule.endswith(("scale_up", "scale_down", "below_min", "headroom"))
         and previous.decision.rule != AWAITING_SCALER
         and before.launch_from is unit.launch_from
@@ -167,16 +185,28 @@ def _settle(step: Step, workers: Sequence[fleet.WorkerView] | None) -> Step:
         name = provider_of(unit)
         if name is None:
             return step.downgraded(scaling.no_provider_reason(unit.launch_from.name))
-        body = Launch(name, unit.launch_from.spec.daemon_template, unit.membership)
+        template = unit.launch_from.spec.daemon_template
+        body = Launch(name, template, unit.membership, step.decision.count)
         return replace(step, launch=body)
     if step.action == "scale_down":
         if workers is None:  # only their number is known: the caller reads them
             return replace(step, needs_workers=True)
-        victim = fleet.pick_victim(workers)
-        if victim is None:
+        if step.demand is not None:  # wait_target: only those idle for longer than a boot
+            boot_s, idle = step.demand.boot.value, step.demand.idle_for
+            workers = [w for w in workers if idle.get(w.id, 0.0) > boot_s]
+        victims = fleet.victim_order(workers)[: step.decision.count]
+        if not victims:
             return step.downgraded(NO_IDLE_WORKER)
-        return replace(step, victim=victim.id)
+        if len(victims) < step.decision.count:  # fewer idle than decided: those there are
+            fewer = replace(step.decision, count=len(victims))
+            step = replace(step, decision=fewer)
+        return replace(step, victims=tuple(v.id for v in victims))
     return step
+
+
+def estimates_json(step: Step) -> dict[str, Any] | None:
+    """What a ``wait_target`` decision was computed from, for its audit row."""
+    return dict(step.decision.estimates) if step.decision.estimates is not None else None
 
 
 def signals_json(s: Signals) -> dict[str, Any]:

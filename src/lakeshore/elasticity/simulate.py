@@ -29,7 +29,7 @@ from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.fleet import provider_name as fleet_of
 from lakeshore.domain.queue import Queue, QueueSpec
 from lakeshore.domain.scaling import WINDOW, Counters
-from lakeshore.elasticity import plan
+from lakeshore.elasticity import estimates, plan
 from lakeshore.elasticity.snapshot import Snapshot
 from lakeshore.elasticity.units import scope_of
 from lakeshore.elasticity.workload import Dist
@@ -72,6 +72,7 @@ class _Daemon:
     id: str
     slots: int
     busy: int = 0
+    idle_since: float = 0.0  # when it last had nothing to run (its boot, at first)
 
 
 @dataclass
@@ -102,12 +103,14 @@ class Report:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[tuple[float, int, int, int]] = field(default_factory=list)
     # (t, pending, running, daemons counting those booting), one per tick
+    started: list[tuple[float, float]] = field(default_factory=list)
+    # (submit second, wait seconds) of each invocation started, in start order
 
     def summary(self) -> dict[str, Any]:
         """Everything but the timeline, rounded for print and for byte-equal reruns."""
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
-            if name == "timeline":
+            if name in ("timeline", "started"):
                 continue
             value = getattr(self, name)
             out[name] = round(value, 4) if isinstance(value, float) else value
@@ -171,6 +174,12 @@ class _World:
         self.report = Report(queue=spec.name, kind=_kind(spec))
         self.previous: dict[tuple[str, str], plan.Step] = {}
         self.trace: Trace = trace or _ignore
+        # what wait_target learns from, as the store keeps it: finishes (when, run
+        # seconds), boots (seconds), submits (when)
+        self.learns = _kind(spec) == "wait_target"
+        self.finished: deque[tuple[float, float]] = deque()
+        self.boots: deque[float] = deque(maxlen=estimates.BOOT_SAMPLES)
+        self.submits: deque[float] = deque()
 
     def push(self, t: float, kind: int, data: Any) -> None:
         heapq.heappush(self.events, (t, kind, self.seq, data))
@@ -193,24 +202,37 @@ class _World:
                 break
             _, kind, _, data = heapq.heappop(self.events)
             self._advance(t)
-            if kind == _FINISH:
-                self.daemons[data].busy -= 1  # a busy daemon is never a victim
-                self.trace(t, "finish", data)
-            elif kind == _BOOT:
-                self.booting -= 1
-                self.trace(t, "boot", self._add_daemon())
-            elif kind == _ARRIVE:
-                self.pending.append((t, data))
-                self.trace(t, "arrive", data)
-            else:
-                self._tick(t)
-                self.push(t + self.fleet.interval_s, _TICK, None)
+            self._handle(t, kind, data)
             self._dispatch(t)
             end = max(end, t)
         self._advance(end)
         report.ended_s = end
         self._finish(end)
         return report
+
+    def _handle(self, t: float, kind: int, data: Any) -> None:
+        if kind == _FINISH:
+            daemon_id, run_s = data
+            daemon = self.daemons[daemon_id]
+            daemon.busy -= 1  # a busy daemon is never a victim
+            if not daemon.busy:
+                daemon.idle_since = t
+            if self.learns:
+                self.finished.append((t, run_s))
+            self.trace(t, "finish", daemon_id)
+        elif kind == _BOOT:
+            self.booting -= 1
+            if self.learns:
+                self.boots.appendleft(t - data)
+            self.trace(t, "boot", self._add_daemon(t))
+        elif kind == _ARRIVE:
+            self.pending.append((t, data))
+            if self.learns:
+                self.submits.append(t)
+            self.trace(t, "arrive", data)
+        else:
+            self._tick(t)
+            self.push(t + self.fleet.interval_s, _TICK, None)
 
     def _busy(self) -> bool:
         """Whether work is left: waiting, or running on a daemon."""
@@ -246,9 +268,9 @@ class _World:
             self.pending_s += span * len(self.pending)
             self.last_t = t
 
-    def _add_daemon(self) -> str:
+    def _add_daemon(self, t: float = 0.0) -> str:
         self.made += 1
-        daemon = _Daemon(f"d{self.made:06d}", self.slots)
+        daemon = _Daemon(f"d{self.made:06d}", self.slots, idle_since=t)
         self.daemons[daemon.id] = daemon
         self.report.peak_daemons = max(self.report.peak_daemons, len(self.daemons))
         return daemon.id
@@ -261,8 +283,9 @@ class _World:
             while daemon.busy < daemon.slots and self.pending:
                 submitted, run_s = self.pending.popleft()
                 self.waits.append(t - submitted)
+                self.report.started.append((submitted, t - submitted))
                 daemon.busy += 1
-                self.push(t + run_s, _FINISH, daemon.id)
+                self.push(t + run_s, _FINISH, (daemon.id, run_s))
                 self.trace(t, "dispatch", daemon.id)
             if not self.pending:
                 return
@@ -290,6 +313,28 @@ class _World:
             capacity={d.id: d.slots for d in self.daemons.values()},
             counters={self.key: self.counters},
             in_flight={self.key: self.booting},
+            history={self.key: self.history(t)} if self.learns else {},
+        )
+
+    def history(self, t: float) -> estimates.History:
+        """What the store would read of the model at ``t`` (see
+        :mod:`lakeshore.elasticity.estimates`): the same windows and counts."""
+        while self.finished and self.finished[0][0] < t - estimates.SERVICE_WINDOW_S:
+            self.finished.popleft()
+        horizon = estimates.ARRIVAL_MINUTES * 60.0
+        while self.submits and self.submits[0] < t - horizon:
+            self.submits.popleft()
+        per_minute = [0] * estimates.ARRIVAL_MINUTES
+        for at in self.submits:
+            back = int((t - at) // 60.0)
+            if 0 <= back < estimates.ARRIVAL_MINUTES:
+                per_minute[back] += 1
+        recent = list(self.finished)[-estimates.SERVICE_SAMPLES :]
+        return estimates.History(
+            service_s=[run_s for _, run_s in reversed(recent)],
+            boot_s=list(self.boots),
+            per_minute=per_minute,
+            idle_for={d.id: t - d.idle_since for d in self.daemons.values() if not d.busy},
         )
 
     def _tick(self, t: float) -> None:
@@ -302,18 +347,21 @@ class _World:
         if decision.blocked_by is not None:
             report.at_bound += 1
         if step.launch is not None:
-            report.launches += 1
+            count = step.launch.count
+            report.launches += count
             if self.last_kill is not None and t - self.last_kill <= RELAUNCH_S:
-                report.relaunches += 1
+                report.relaunches += count
             self.last_launch = t
-            self.booting += 1
-            self.push(t + self.fleet.boot.draw(self.rng), _BOOT, None)
-        elif step.victim is not None:
-            report.kills += 1
+            self.booting += count
+            for _ in range(count):
+                self.push(t + self.fleet.boot.draw(self.rng), _BOOT, t)
+        elif step.victims:
+            report.kills += len(step.victims)
             if self.last_launch is not None and t - self.last_launch <= self._window():
-                report.thrash += 1
+                report.thrash += len(step.victims)
             self.last_kill = t
-            del self.daemons[step.victim]
+            for victim in step.victims:
+                del self.daemons[victim]
         self._record(t, step)
         self.trace(t, "tick", step)
         daemons = len(self.daemons) + self.booting

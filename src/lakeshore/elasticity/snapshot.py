@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.queue import Queue
 from lakeshore.domain.scaling import Counters
+from lakeshore.elasticity.estimates import History
 
 Key = tuple[str, str]  # (namespace id, scope): a queue's name, or "pool:<name>"
 
@@ -29,3 +30,6 @@ class Snapshot:
     # listed in ``workers``: its signals are counted from these, and only a step that
     # needs a victim has its workers read (see ``Step.needs_workers``)
     headcount: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # (namespace id, scope) → its recent history, for the scopes whose policy learns from
+    # it (wait_target); a scope left out learns nothing yet (hints and defaults)
+    history: dict[Key, History] = field(default_factory=dict)

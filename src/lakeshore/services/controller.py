@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -256,68 +256,99 @@ class Controller:
     ) -> tuple[dict[int, Coroutine[Any, Any, Outcome]], set[int]]:
         """Record this tick's launches and mark its victims retiring; fill in the outcome
         of each that cannot go ahead, and return the provider calls of the others (and
-        which of them are launches)."""
+        which of them are launches). A step of several launches (``max_step``) or kills
+        is one job, and one audit row."""
         jobs: dict[int, Coroutine[Any, Any, Outcome]] = {}
         launching: list[int] = []
         for i, step in enumerate(steps):
             if step.launch is not None:
                 launching.append(i)
-            elif step.victim is not None:
-                detail: dict[str, Any] = {"victim": step.victim}
-                marked = await self.ops.mark_retiring(step.victim)
-                if isinstance(marked, Retired):
-                    not_idle = f"worker {step.victim} is {marked.status}; not killed"
-                    outcomes[i] = Outcome(step.downgraded(not_idle), step.before(), detail)
+            elif step.victims:
+                marked, busy = await self._mark(step)
+                if not marked:
+                    detail: dict[str, Any] = {"victim": step.victim}
+                    outcomes[i] = Outcome(step.downgraded("; ".join(busy)), step.before(), detail)
                     continue
-                provider = marked["provider_name"] if marked is not None else NO_PROVIDER
-                jobs[i] = self._counted(self._kill(step, marked, registrations), provider, "kill")
-        wanted = []
+                jobs[i] = self._kill_all(step, marked, busy, registrations)
+        wanted: list[LaunchSpec] = []
+        owners: list[int] = []
         for i in launching:
             step, launch = steps[i], steps[i].launch
             assert launch is not None
-            wanted.append(
-                LaunchSpec(
-                    namespace_id=step.unit.namespace_id,
-                    namespace=step.unit.namespace,
-                    scope=step.unit.scope,
-                    provider_name=launch.provider,
-                    registration=registrations.get((step.unit.namespace_id, launch.provider)),
-                    template=launch.template,
-                    membership=launch.membership,
-                )
+            one = LaunchSpec(
+                namespace_id=step.unit.namespace_id,
+                namespace=step.unit.namespace,
+                scope=step.unit.scope,
+                provider_name=launch.provider,
+                registration=registrations.get((step.unit.namespace_id, launch.provider)),
+                template=launch.template,
+                membership=launch.membership,
             )
-        for i, prepared in zip(launching, await self.ops.prepare(wanted), strict=True):
+            wanted += [one] * launch.count
+            owners += [i] * launch.count
+        grouped: dict[int, list[Prepared | Launched]] = {}
+        for i, prepared in zip(owners, await self.ops.prepare(wanted), strict=True):
+            grouped.setdefault(i, []).append(prepared)
+        for i, group in grouped.items():
             step = steps[i]
             assert step.launch is not None
-            if isinstance(prepared, Launched):
-                assert prepared.failure is not None
-                detail = {"provider": step.launch.provider}
-                outcomes[i] = Outcome(step.downgraded(prepared.failure), step.before(), detail)
+            ready = [p for p in group if isinstance(p, Prepared)]
+            failed = [p.failure for p in group if isinstance(p, Launched) and p.failure]
+            for _ in failed:
                 self._count_call(step.launch.provider, "launch", ok=False)
+            if not ready:
+                detail = {"provider": step.launch.provider}
+                outcomes[i] = Outcome(step.downgraded(failed[0]), step.before(), detail)
             else:
-                jobs[i] = self._counted(
-                    self._launch(step, prepared), step.launch.provider, "launch"
-                )
+                jobs[i] = self._launch(step, ready, failed)
         return jobs, set(launching)
 
-    async def _counted(self, job: Awaitable[Outcome], provider: str, call: str) -> Outcome:
-        """``job``'s outcome, counted in the metrics as a ``call`` to ``provider`` that
-        did what the step asked, or did not."""
-        outcome = await job
-        self._count_call(provider, call, ok=outcome.step.action != "tick_noop")
-        return outcome
+    async def _mark(self, step: plan.Step) -> tuple[list[tuple[str, RowMapping | None]], list[str]]:
+        """Mark a step's victims retiring: those marked (with their launch records), and
+        why each of the others is not killed (busy, or gone)."""
+        marked: list[tuple[str, RowMapping | None]] = []
+        busy: list[str] = []
+        for victim in step.victims:
+            found = await self.ops.mark_retiring(victim)
+            if isinstance(found, Retired):
+                busy.append(f"worker {victim} is {found.status}; not killed")
+            else:
+                marked.append((victim, found))
+        return marked, busy
 
     def _count_call(self, provider: str, call: str, *, ok: bool) -> None:
         if self.metrics is not None:
             self.metrics.fleet_calls.labels(provider, call, "ok" if ok else "failed").inc()
 
-    async def _launch(self, step: plan.Step, prepared: Prepared) -> Outcome:
+    async def _launch(
+        self, step: plan.Step, ready: Sequence[Prepared], failed: Sequence[str]
+    ) -> Outcome:
+        """Start the launches a step recorded, together: one outcome for them all, a
+        scale-up while any started (its reason says how many did not)."""
         assert step.launch is not None
+        provider = step.launch.provider
+        results = await asyncio.gather(*(self._start(step, p) for p in ready))
+        failures = [*failed, *(r for r in results if r is not None)]
+        started = [p.launch_id for p, r in zip(ready, results, strict=True) if r is None]
         before = step.before()
-        detail = {"provider": step.launch.provider, "launch_id": prepared.launch_id}
+        detail: dict[str, Any] = {"provider": provider, "launch_id": ready[0].launch_id}
+        if step.launch.count > 1:
+            detail["launch_ids"] = started
+        if not started:
+            return Outcome(step.downgraded(failures[0]), before, detail)
+        if failures:
+            reason = f"{step.decision.reason}; {len(failures)} of {step.launch.count} failed: "
+            decision = replace(step.decision, reason=reason + failures[0], count=len(started))
+            step = replace(step, decision=decision)
+        after = {**before, "in_flight": before["in_flight"] + len(started)}
+        return Outcome(step, after, detail)
+
+    async def _start(self, step: plan.Step, prepared: Prepared) -> str | None:
+        """One launch's provider call: its failure, or None."""
+        assert step.launch is not None
         try:
             launched = await self.ops.start(prepared)
-        except Exception as exc:  # the store failed around the call: this decision only
+        except Exception as exc:  # the store failed around the call: this launch only
             log.exception(
                 "launch %s for %s",
                 prepared.launch_id,
@@ -329,43 +360,67 @@ class Controller:
                     provider=step.launch.provider,
                 ),
             )
-            failure = f"launch failed: {type(exc).__name__}: {exc}"
-            return Outcome(step.downgraded(failure), before, detail)
-        if launched.failure is not None:
-            return Outcome(step.downgraded(launched.failure), before, detail)
-        return Outcome(step, {**before, "in_flight": before["in_flight"] + 1}, detail)
+            failure: str | None = f"launch failed: {type(exc).__name__}: {exc}"
+        else:
+            failure = launched.failure
+        self._count_call(step.launch.provider, "launch", ok=failure is None)
+        return failure
+
+    async def _kill_all(
+        self,
+        step: plan.Step,
+        marked: Sequence[tuple[str, RowMapping | None]],
+        busy: Sequence[str],
+        registrations: dict[tuple[str, str], Any],
+    ) -> Outcome:
+        """Retire a step's victims marked retiring, together: one outcome for them all."""
+        results = await asyncio.gather(
+            *(self._kill(step, victim, launch, registrations) for victim, launch in marked)
+        )
+        failures = [*busy, *(r for r in results if r is not None)]
+        killed = [victim for (victim, _), r in zip(marked, results, strict=True) if r is None]
+        before = step.before()
+        detail: dict[str, Any] = {"victim": marked[0][0]}
+        if len(step.victims) > 1:
+            detail["victims"] = killed
+        if not killed:
+            return Outcome(step.downgraded(failures[0]), before, detail)
+        if failures:
+            reason = f"{step.decision.reason}; {len(failures)} of {len(step.victims)} not killed: "
+            decision = replace(step.decision, reason=reason + failures[0], count=len(killed))
+            step = replace(step, decision=decision)
+        after = {**before, "daemon_count": before["daemon_count"] - len(killed)}
+        return Outcome(step, after, detail)
 
     async def _kill(
         self,
         step: plan.Step,
+        victim: str,
         launch: RowMapping | None,
         registrations: dict[tuple[str, str], Any],
-    ) -> Outcome:
-        assert step.victim is not None
-        before = step.before()
-        detail: dict[str, Any] = {"victim": step.victim}
+    ) -> str | None:
+        """Retire one victim: its failure, or None."""
+        provider = launch["provider_name"] if launch is not None else NO_PROVIDER
         try:
             retired = await self.ops.finish_retiring(
                 namespace_id=step.unit.namespace_id,
-                worker_id=step.victim,
+                worker_id=victim,
                 launch=launch,
                 reason=step.decision.reason,
                 registrations=registrations,
             )
-        except Exception as exc:  # the store failed around the call: this decision only
+        except Exception as exc:  # the store failed around the call: this victim only
             log.exception(
                 "retiring %s for %s",
-                step.victim,
+                victim,
                 step.unit.scope,
-                extra=logs.ids(
-                    namespace=step.unit.namespace, queue=step.unit.scope, worker=step.victim
-                ),
+                extra=logs.ids(namespace=step.unit.namespace, queue=step.unit.scope, worker=victim),
             )
-            failure = f"kill failed: {type(exc).__name__}: {exc}"
-            return Outcome(step.downgraded(failure), before, detail)
-        if retired.failure is not None:
-            return Outcome(step.downgraded(retired.failure), before, detail)
-        return Outcome(step, {**before, "daemon_count": before["daemon_count"] - 1}, detail)
+            failure: str | None = f"kill failed: {type(exc).__name__}: {exc}"
+        else:
+            failure = retired.failure
+        self._count_call(provider, "kill", ok=failure is None)
+        return failure
 
     # --- the audit rows and counters ---------------------------------------------------
 
@@ -440,6 +495,8 @@ class Outcome:
             "before": self.step.before(),
             "after": self.after,
             "hint": decision.hint,
+            **({"count": decision.count} if decision.count != 1 else {}),
+            **({"estimates": plan.estimates_json(self.step)} if decision.estimates else {}),
             **self.detail,
         }
 
@@ -478,6 +535,8 @@ class Outcome:
                 "blocked_by": decision.blocked_by,
                 "hint": decision.hint,
                 "counters": {"above": decision.counters.above, "below": decision.counters.below},
+                **({"count": decision.count} if decision.count != 1 else {}),
+                **({"estimates": plan.estimates_json(self.step)} if decision.estimates else {}),
                 **self.detail,
             },
             "created_at": now,

@@ -1,0 +1,94 @@
+"""What ``wait_target`` learns from a scope's own history, and how fast.
+
+One rule, fed by the store (the tick, ``stats``, ``explain``) and by the simulator's
+model alike, so both learn the same way:
+
+- **service time**: the mean start → finish of the scope's invocations finished in the
+  last :data:`SERVICE_WINDOW_S` (at most the latest :data:`SERVICE_SAMPLES`); learned
+  from :data:`MIN_SERVICE_SAMPLES` on, the policy's ``service_s`` hint before, else the
+  few there are, else the default;
+- **boot time**: the mean request → hello of the scope's latest :data:`BOOT_SAMPLES`
+  launches that said hello (through its provider, so from its daemon template);
+  learned from the first, the policy's ``boot_s`` hint before, else the default;
+- **arrival rate**: the submits of each of the last :data:`ARRIVAL_MINUTES` minutes,
+  averaged, a burst's minutes left out (a burst is backlog, which the rule drains on its
+  own, not a rate to keep a fleet for); the last :data:`RECENT_MINUTES` alone when they
+  show a rise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from lakeshore.domain.scaling import Policy
+from lakeshore.domain.wait_target import DEFAULT_BOOT_S, DEFAULT_SERVICE_S, Demand, Estimate
+
+SERVICE_WINDOW_S: Final = 1_800.0
+SERVICE_SAMPLES: Final = 500
+MIN_SERVICE_SAMPLES: Final = 3
+BOOT_SAMPLES: Final = 20
+ARRIVAL_MINUTES: Final = 20
+RECENT_MINUTES: Final = 5
+
+
+@dataclass(frozen=True)
+class History:
+    """A scope's recent history, as read: service times and boot times (seconds, newest
+    first), submits per minute (the last :data:`ARRIVAL_MINUTES`, any order), delayed
+    invocations due within a boot, and how long each idle daemon has been idle."""
+
+    service_s: Sequence[float] = ()
+    boot_s: Sequence[float] = ()
+    per_minute: Sequence[int] = ()
+    due_soon: int = 0
+    idle_for: Mapping[str, float] = field(default_factory=dict)
+
+
+def service_of(policy: Policy, samples: Sequence[float]) -> Estimate:
+    if len(samples) >= MIN_SERVICE_SAMPLES or (samples and policy.service_s is None):
+        return Estimate(math.fsum(samples) / len(samples), "learned", len(samples))
+    if policy.service_s is not None:
+        return Estimate(policy.service_s, "hint")
+    return Estimate(DEFAULT_SERVICE_S, "default")
+
+
+def boot_of(policy: Policy, samples: Sequence[float]) -> Estimate:
+    if samples:
+        return Estimate(math.fsum(samples) / len(samples), "learned", len(samples))
+    if policy.boot_s is not None:
+        return Estimate(policy.boot_s, "hint")
+    return Estimate(DEFAULT_BOOT_S, "default")
+
+
+def arrivals_of(per_minute: Sequence[int]) -> Estimate:
+    """Submits a second: the mean of the minutes' counts (newest first), a burst's minutes
+    left out (a count no Poisson rate near the median's would bring: over ``median +
+    3·sqrt(median) + 3``); or, when the last :data:`RECENT_MINUTES` (their busiest left
+    out) brought more than chance explains at that rate (two standard deviations of a
+    Poisson count), theirs: a rate on the rise is followed within minutes."""
+    if not per_minute:
+        return Estimate(0.0, "learned", 0)
+    ordered = sorted(per_minute)
+    median = ordered[len(ordered) // 2]
+    bound = median + 3 * math.sqrt(median) + 3
+    kept = [n for n in per_minute if n <= bound]
+    rate = sum(kept) / len(kept)
+    recent = sorted(per_minute[:RECENT_MINUTES])[:-1]  # its busiest minute left out
+    expected = rate * len(recent)
+    if recent and sum(recent) > expected + 2 * math.sqrt(max(expected, 1.0)):
+        rate = sum(recent) / len(recent)  # more than chance explains: on the rise
+    return Estimate(rate / 60.0, "learned", len(per_minute))
+
+
+def demand(policy: Policy, history: History) -> Demand:
+    """The estimates ``wait_target`` decides from."""
+    return Demand(
+        service=service_of(policy, history.service_s),
+        boot=boot_of(policy, history.boot_s),
+        arrivals=arrivals_of(history.per_minute),
+        due_soon=history.due_soon,
+        idle_for=history.idle_for,
+    )
