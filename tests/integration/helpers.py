@@ -30,6 +30,8 @@ async def insert_invocation(
                     "state": state,
                     "available_at": now,
                     "created_at": now,
+                    # as every path that finishes an invocation stamps it
+                    "finished_at": None if state in ("pending", "running") else now,
                 }
             )
         )

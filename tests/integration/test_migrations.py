@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from lakeshore.store.engine import _alembic_config, _sqlite_setup, migrate, parse_url
 from lakeshore.store.tables import (
+    finished_tallies,
     invocations,
     metadata,
     namespaces,
@@ -121,7 +122,7 @@ _LATER = {
     ("invocations", "schedule"),  # 0013
     ("invocations", "slot"),  # 0013
 }
-_LATER_INDEXES = {"ix_invocations_finished"}  # 0011
+_LATER_INDEXES = {"ix_invocations_finished", "ix_invocations_deferred"}  # 0011, 0014
 
 
 def _contents(conn: Connection) -> dict[str, list[Any]]:
@@ -316,4 +317,21 @@ def test_0011_adds_the_retention_window_and_the_sweeps_index_keeping_every_row(
         assert "ix_invocations_finished" not in _index_definitions(conn)
         columns = {c["name"] for c in inspect(conn).get_columns("queues")}
         assert "retention_s" not in columns
+    engine.dispose()
+
+
+def test_0014_adds_the_tallies_and_the_deferred_index_keeping_every_row(empty_url: str) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0013")
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        assert conn.execute(select(finished_tallies)).all() == []  # tallied by the leader
+        made = _index_definitions(conn)["ix_invocations_deferred"]
+        assert "available_at > created_at" in made, made  # deferred pending rows only
+    _alembic(empty_url, "downgrade", "0013")  # and back, rows kept
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert "ix_invocations_deferred" not in _index_definitions(conn)
+        assert "finished_tallies" not in inspect(conn).get_table_names()
     engine.dispose()

@@ -34,6 +34,16 @@ MAX_BATCHES: Final = 1_000  # per kind and sweep: a sweep ends, and the next one
 # invocations a second on either store (docs/benchmarks.md), 600 million a day
 PAUSE_SHARE: Final = 4.0
 MAX_PAUSE_S: Final = 2.0
+# the leader adds up each queue's finished invocations (for ``stats``) up to this long
+# ago, so that a finish stamped before that moment has committed when it is counted; a
+# finished invocation is deleted no sooner than it is counted, so a window shorter than
+# this is kept this long
+TALLY_LAG_S: Final = 30.0
+
+
+def tally_until(now: datetime) -> datetime:
+    """Up to when the leader adds finished invocations to their queues' tallies."""
+    return now - timedelta(seconds=TALLY_LAG_S)
 
 
 def cutoff(now: datetime, retention_s: float) -> datetime:

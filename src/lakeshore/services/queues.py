@@ -23,6 +23,7 @@ from lakeshore.services.scopes import scope_of
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import queues as queue_store
+from lakeshore.store import tallies
 from lakeshore.store.engine import Store
 
 DEFAULT_PAGE: Final = 100
@@ -151,7 +152,7 @@ async def transition(
         if target == queue.state:
             return queue
         if target == "archived":
-            counts = await queue_store.invocation_counts(conn, queue.id)
+            counts = await tallies.counts(conn, queue.id)
             open_ = sum(counts.get(state, 0) for state in queue_store.OPEN_STATES)
             if open_:
                 raise Conflict(
@@ -181,10 +182,11 @@ async def read_scope(
     store: Store, ns: Namespace, name: str, now: datetime, *, by_state: bool = True
 ) -> tuple[Queue, scopes.Reading, dict[str, int] | None]:
     """The queue, its scope as the plan reads it now, and its invocations by state (None
-    unless ``by_state``: that count reads every invocation the queue ever had)."""
+    unless ``by_state``; read from the queue's tally and its live rows, in time that does
+    not grow with its history: :mod:`lakeshore.store.tallies`)."""
     async with store.read() as conn:
         queue = await _load(conn, ns, name)
-        counts = await queue_store.invocation_counts(conn, queue.id) if by_state else None
+        counts = await tallies.counts(conn, queue.id) if by_state else None
     return queue, await scopes.read(store, ns, queue, now), counts
 
 

@@ -26,6 +26,7 @@ from datetime import datetime
 from lakeshore.domain import retention
 from lakeshore.services.metrics import Metrics
 from lakeshore.store import retention as retention_store
+from lakeshore.store import tallies
 from lakeshore.store.engine import Store
 from lakeshore.store.leadership import Leadership
 
@@ -56,7 +57,16 @@ async def sweep(
     invocations = items = events = 0
     async with store.read() as conn:
         windows_of = await retention_store.queue_windows(conn)
-    for queue_id, before in retention.queue_cutoffs(now, windows_of, windows.retention_s).items():
+    cutoffs = retention.queue_cutoffs(now, windows_of, windows.retention_s)
+    for queue_id, cutoff in cutoffs.items():
+        # the finished rows counted for stats first; only counted rows are deleted
+        try:
+            async with store.write() as conn:
+                counted = await tallies.roll_up(conn, queue_id, retention.tally_until(now))
+        except Exception:
+            log.exception("retention: tallying queue %s failed; the sweep goes on", queue_id)
+            continue
+        before = min(cutoff, counted)
 
         async def finished(queue_id: str = queue_id, before: datetime = before) -> int:
             nonlocal invocations, items

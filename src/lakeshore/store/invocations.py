@@ -47,12 +47,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines, jsonsafe
-from lakeshore.store import claimable, prepared, wakeups
+from lakeshore.store import claimable, prepared, tallies, wakeups
 from lakeshore.store.driver import psycopg_text
 from lakeshore.store.isolated import isolated
 from lakeshore.store.prepared import Prepared
 from lakeshore.store.statements import SqliteStatements
-from lakeshore.store.tables import invocations, queues, stream_items
+from lakeshore.store.tables import DEFERRED, invocations, queues, stream_items
 
 C = invocations.c
 log = logging.getLogger("lakeshore.store")
@@ -458,9 +458,10 @@ async def retry(conn: AsyncConnection, ids: Sequence[str], now: datetime) -> lis
     cleared, at the back of the queue as a submit now would be (``created_at`` now: a
     deadline counts from the retry). Id, key, function and arguments stay. Returns the
     rows it changed (one conditional UPDATE: an invocation that changed state meanwhile
-    is left alone)."""
+    is left alone). Those its queue's tally counted are taken off it."""
     if not ids:
         return []
+    await tallies.take_back(conn, ids, RETRYABLE)
     changed = (
         (
             await conn.execute(
@@ -760,29 +761,24 @@ async def next_available_at(
 async def scheduled_count(conn: AsyncConnection, queue_id: str, now: datetime) -> int:
     """How many of the queue's delayed submits are not due yet at ``now``
     (:func:`claimable.scheduled`): counted apart from ``pending`` until due."""
-    query = select(func.count()).where(C.queue_id == queue_id, claimable.scheduled(now))
+    query = select(func.count()).where(
+        C.queue_id == queue_id, text(DEFERRED), claimable.scheduled(now)
+    )
     return int((await conn.execute(query)).scalar_one())
-
-
-DUE_SCAN = 1000  # the most not-yet-due rows a look for the next due time reads
 
 
 async def next_due_at(
     conn: AsyncConnection, queue_ids: Sequence[str], now: datetime
 ) -> datetime | None:
     """When the earliest pending invocation of these queues that is not yet claimable
-    (a retry waiting out its backoff) falls due; None when there is none. A waiting
-    claim wakes then instead of at its next re-check. No index orders pending work by
-    due time (one more on every submit's insert): the queue's pending rows are read
-    through its index, up to :data:`DUE_SCAN` of those not yet due, so past that many
-    the time found may be later than the earliest, and the re-check bounds the wait."""
+    (a retry waiting out its backoff, a delayed submit) falls due; None when there is
+    none. A waiting claim wakes then instead of at its next re-check. Read through
+    ``ix_invocations_deferred`` (whose condition it repeats word for word): the first
+    entry past ``now`` of each queue, however much is pending."""
     if not queue_ids:
         return None
-    waiting = (
-        select(C.available_at.label("at"))
-        .where(C.queue_id.in_(list(queue_ids)), C.state == "pending", C.available_at > now)
-        .limit(DUE_SCAN)
-        .subquery()
+    query = select(func.min(C.available_at)).where(
+        C.queue_id.in_(list(queue_ids)), text(DEFERRED), C.available_at > now
     )
-    value: datetime | None = (await conn.execute(select(func.min(waiting.c.at)))).scalar_one()
+    value: datetime | None = (await conn.execute(query)).scalar_one()
     return value

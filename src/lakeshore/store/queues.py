@@ -102,16 +102,6 @@ async def update_state(
     return queue.model_copy(update={"state": state, "updated_at": now})
 
 
-async def invocation_counts(conn: AsyncConnection, queue_id: str) -> dict[str, int]:
-    """Invocations of one queue by state (states with none are absent)."""
-    query = (
-        select(invocations.c.state, func.count())
-        .where(invocations.c.queue_id == queue_id)
-        .group_by(invocations.c.state)
-    )
-    return {state: count for state, count in (await conn.execute(query)).all()}
-
-
 _PENDING = select(func.count()).where(
     invocations.c.queue_id == bindparam("queue_id"), invocations.c.state == "pending"
 )

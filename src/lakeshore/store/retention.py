@@ -16,8 +16,9 @@ from datetime import datetime
 from sqlalchemy import Select, bindparam, delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.store import streams
+from lakeshore.store import streams, tallies
 from lakeshore.store.tables import FINISHED, elasticity_events, invocations, queues
+from lakeshore.store.tallies import STATES
 
 INV = invocations.c
 E = elasticity_events.c
@@ -29,11 +30,12 @@ async def queue_windows(conn: AsyncConnection) -> dict[str, float | None]:
     return {queue_id: retention for queue_id, retention in rows.all()}
 
 
-def finished_batch(queue_id: str, before: datetime, limit: int) -> Select[tuple[str]]:
-    """The ids of the queue's next batch: finished before ``before``, oldest first (read
-    through ``ix_invocations_finished``, whose condition it repeats word for word)."""
+def finished_batch(queue_id: str, before: datetime, limit: int) -> Select[str, str]:
+    """The ids and states of the queue's next batch: finished before ``before``, oldest
+    first (read through ``ix_invocations_finished``, whose condition it repeats word for
+    word)."""
     return (
-        select(INV.id)
+        select(INV.id, INV.state)
         .where(INV.queue_id == queue_id, text(FINISHED), INV.finished_at < before)
         .order_by(INV.finished_at)
         .limit(limit)
@@ -51,9 +53,14 @@ DELETE_FINISHED_PG = text(
     ), items AS (
         DELETE FROM stream_items WHERE invocation_id IN (SELECT id FROM picked) RETURNING 1
     ), gone AS (
-        DELETE FROM invocations WHERE id IN (SELECT id FROM picked) AND {FINISHED} RETURNING 1
+        DELETE FROM invocations WHERE id IN (SELECT id FROM picked) AND {FINISHED}
+        RETURNING state
+    ), tally AS (
+        UPDATE finished_tallies SET
+        {", ".join(f"{s} = {s} - (SELECT count(*) FROM gone WHERE state = '{s}')" for s in STATES)}
+        WHERE queue_id = :queue_id RETURNING 1
     )
-    SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM items)
+    SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM items), (SELECT count(*) FROM tally)
     """
 ).bindparams(bindparam("before", type_=INV.finished_at.type))
 
@@ -62,17 +69,24 @@ async def delete_finished(
     conn: AsyncConnection, queue_id: str, before: datetime, *, limit: int
 ) -> tuple[int, int]:
     """Delete up to ``limit`` of the queue's invocations that finished before ``before``,
-    oldest first, and their stream items: (invocations, stream items) deleted."""
+    oldest first, and their stream items, and take them off the queue's tally
+    (:mod:`lakeshore.store.tallies`): ``before`` is at most the tally's
+    ``counted_until``, so every row deleted was counted. (invocations, stream items)
+    deleted."""
     if conn.dialect.name == "postgresql":
         params = {"queue_id": queue_id, "before": before, "limit": limit}
-        gone, items = (await conn.execute(DELETE_FINISHED_PG, params)).one()
+        gone, items, _ = (await conn.execute(DELETE_FINISHED_PG, params)).one()
         return int(gone), int(items)
-    found = await conn.execute(finished_batch(queue_id, before, limit))
-    ids: Sequence[str] = [str(i) for i in found.scalars()]
-    if not ids:
+    found = (await conn.execute(finished_batch(queue_id, before, limit))).all()
+    if not found:
         return 0, 0
+    ids: Sequence[str] = [str(i) for i, _ in found]
     items = await streams.delete_of(conn, ids)
     done = await conn.execute(delete(invocations).where(INV.id.in_(ids), text(FINISHED)))
+    by_state: dict[str, int] = {}
+    for _, state in found:  # one writer on SQLite: the rows found are the rows deleted
+        by_state[state] = by_state.get(state, 0) + 1
+    await tallies.take_off(conn, queue_id, by_state)
     return int(done.rowcount), items
 
 

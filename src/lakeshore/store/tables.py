@@ -38,6 +38,9 @@ ID = String(40)
 # the finished states, as the retention sweep and its partial index both spell them (a
 # partial index serves a query whose condition is written as its own)
 FINISHED = "state IN ('succeeded', 'failed', 'cancelled', 'expired')"
+# pending work due after its own submit (a retry's backoff, a delayed submit), as
+# ix_invocations_deferred and the queries it serves spell it
+DEFERRED = "state = 'pending' AND available_at > created_at"
 CASCADE = "CASCADE"
 
 namespaces = Table(
@@ -221,6 +224,17 @@ invocations = Table(
     ),
 )
 
+# deferred pending work by due time: a retry waiting out its backoff, a delayed submit
+# not due (rows due after their own submit; a plain submit is not one, so its insert
+# skips this index); a waiting claim's next due time and ``scheduled`` read it (0014)
+Index(
+    "ix_invocations_deferred",
+    invocations.c.queue_id,
+    invocations.c.available_at,
+    sqlite_where=text(DEFERRED),
+    postgresql_where=text(DEFERRED),
+)
+
 # next claimable invocation per queue (priority, boltzmann): highest priority, then oldest
 Index(
     "ix_invocations_claimable_priority",
@@ -230,6 +244,20 @@ Index(
     invocations.c.id,
     sqlite_where=text("state = 'pending'"),
     postgresql_where=text("state = 'pending'"),
+)
+
+# each queue's finished invocations added up to ``counted_until`` by the leading server,
+# so ``stats`` reads the tally and only the rows finished since (0014); the retention
+# sweep takes away what it deletes, a retry what it puts back
+finished_tallies = Table(
+    "finished_tallies",
+    metadata,
+    Column("queue_id", ID, ForeignKey("queues.id", ondelete=CASCADE), primary_key=True),
+    Column("counted_until", UTCDateTime(), nullable=False),
+    Column("succeeded", BigInteger, nullable=False, server_default=text("0")),
+    Column("failed", BigInteger, nullable=False, server_default=text("0")),
+    Column("cancelled", BigInteger, nullable=False, server_default=text("0")),
+    Column("expired", BigInteger, nullable=False, server_default=text("0")),
 )
 
 stream_items = Table(
