@@ -5,15 +5,20 @@ For SQLite and/or PostgreSQL it fills a store with ``--history`` finished invoca
 (one stream item per ten of them) in a queue whose ``retention_s`` is 60 s, finished two
 days ago. Then, in turn on that same store, a real ``lakeshore server``:
 
-1. **without pruning** (``LAKESHORE_RETENTION_INTERVAL_S=0``): ``--drain`` no-ops,
-   submitted in batches, drained by ``--daemons`` burst daemons, while a probe submits
-   one no-op every 0.1 s to a queue of its own, served by an idle long-polling daemon;
+0. **no history**: ``--drain`` no-ops, submitted in batches, drained by ``--daemons``
+   burst daemons, on an empty store; then ``stats`` read on its queue;
+1. **without pruning** (the history within the server's window, so the sweep, every
+   second, only tallies it): ``stats`` of the history's queue once tallied, then the
+   same drain while a probe submits one no-op every 0.1 s to a queue of its own, served
+   by an idle long-polling daemon;
 2. **while pruning**: the same server restarted with the sweep every second, the same
    drain and probe on queues of their own; once a tenth of the drain is done (the
    daemons at full speed), the history's queue is given ``retention_s: 60``, so the next
    sweep prunes it while they drain.
 
-Figures: the drain's jobs/s — over the whole drain, and counted over the pruning's span
+Figures: ``stats``' p50 on the history's queue against the drained queue's with no
+history, and the drain's jobs/s with the history kept against with none (both should be
+flat as history grows); the drain's jobs/s — over the whole drain, and counted over the pruning's span
 only (invocations started while it ran) — and the probe's submit→start p99 (from just
 before its submit was sent to its ``started_at``; the drain's own waits are its backlog,
 the same in both runs), with and without pruning; and how long the pruning took (first
@@ -303,21 +308,72 @@ def store(backend: str, tmp: Path) -> Iterator[tuple[str, str]]:
             yield url, url
 
 
+STATS_READS = 20
+
+
+def stats_ms(http: httpx.Client, queue: str) -> float:
+    """p50 of ``STATS_READS`` reads of the queue's ``stats`` (client round trip, ms)."""
+    took = []
+    for _ in range(STATS_READS):
+        began = time.perf_counter()
+        check(http.get(f"{NS}/queues/{queue}/stats"), 200)
+        took.append((time.perf_counter() - began) * 1000)
+    return percentile(took, 50)
+
+
+def tallied(http: httpx.Client, queue: str, rows: int) -> None:
+    """Wait (bounded) until a sweep has tallied the queue's ``rows`` finished ones: the
+    tally is what ``stats`` reads once the leader made it."""
+    deadline = time.monotonic() + 120
+    while stats_ms(http, queue) > 50 and time.monotonic() < deadline:
+        time.sleep(1)
+    by_state = check(http.get(f"{NS}/queues/{queue}/stats"), 200)["byState"]
+    got = sum(by_state.get(s, 0) for s in ("succeeded", "failed", "cancelled", "expired"))
+    if got != rows:
+        raise BenchError(f"{queue}: stats count {got:,} finished, expected {rows:,}")
+
+
 def run_backend(backend: str, opts: argparse.Namespace) -> None:
     quiet = {"LAKESHORE_ELASTICITY_ENABLED": "false"}
     with tempfile.TemporaryDirectory(prefix=f"lakeshore-retention-{backend}-") as tmp_name:
         tmp = Path(tmp_name)
+        (tmp / "empty").mkdir()
+        with (
+            store(backend, tmp / "empty") as (_, db),
+            running_server(db, tmp / "empty", LAKESHORE_RETENTION_INTERVAL_S="1", **quiet) as (
+                su,
+                tok,
+            ),
+            _client(su, tok) as http,
+        ):
+            rate_0, _, _ = drain(http, su, tok, tmp, "drain-0", opts)
+            stats_0 = stats_ms(http, "drain-0")
+        print(
+            f"[{backend}] no history: {rate_0:,.0f} jobs/s; stats of the drained queue "
+            f"({opts.drain:,} finished) p50 {stats_0:.1f} ms",
+            flush=True,
+        )
         with store(backend, tmp) as (url, db):
             began = time.perf_counter()
             fill(url, opts.history)
             took = time.perf_counter() - began
             print(f"[{backend}] filled {opts.history:,} finished invocations in {took:.1f} s")
+            # the sweep runs (it tallies) but deletes nothing: the history is within the
+            # server's window until the second run gives its queue retention_s 60
             with (
-                running_server(db, tmp, LAKESHORE_RETENTION_INTERVAL_S="0", **quiet) as (su, tok),
+                running_server(db, tmp, LAKESHORE_RETENTION_INTERVAL_S="1", **quiet) as (su, tok),
                 _client(su, tok) as http,
-                probing(http, su, tok, tmp, "probe-a"),
             ):
-                rate_a, _, _ = drain(http, su, tok, tmp, "drain-a", opts)
+                tallied(http, "history", opts.history)
+                stats_h = stats_ms(http, "history")
+                with probing(http, su, tok, tmp, "probe-a"):
+                    rate_a, _, _ = drain(http, su, tok, tmp, "drain-a", opts)
+            print(
+                f"[{backend}] {opts.history:,} finished kept: stats of their queue p50 "
+                f"{stats_h:.1f} ms ({stats_h / stats_0:.2f}x the drained queue's with no "
+                f"history); drain {rate_a:,.0f} jobs/s ({rate_a / rate_0:.2f}x with no history)",
+                flush=True,
+            )
             probes_a = [wait_ms(p) for p in probe_waits(url, "probe-a")]
             p99_a = percentile(probes_a, 99)
             print(
