@@ -108,6 +108,10 @@ def steady_need(policy: Policy, d: Demand) -> int:
     rate, service_s = d.arrivals.value, d.service.value
     if rate <= 0:
         return 0
+    if rate * d.boot.value < 1 and d.boot.value <= (policy.wait_s or 0.0):
+        # arrivals further apart than a boot, and a boot within the target: a daemon
+        # kept warm through each gap costs more than the cold start it saves
+        return 0
     slots = max(1, math.floor(rate * service_s) + 1)
     ceiling = policy.max
     while p95_steady(slots, rate, service_s) > wait_s:

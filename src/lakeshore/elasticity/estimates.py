@@ -32,6 +32,7 @@ MIN_SERVICE_SAMPLES: Final = 3
 BOOT_SAMPLES: Final = 20
 ARRIVAL_MINUTES: Final = 20
 RECENT_MINUTES: Final = 5
+SHORTEST_S: Final = 0.1  # a learned time is at least this: runs that took no time at all
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,14 @@ class History:
     idle_for: Mapping[str, float] = field(default_factory=dict)
 
 
+def _mean(samples: Sequence[float]) -> float:
+    """The mean, never under :data:`SHORTEST_S` (the rule divides by it)."""
+    return max(SHORTEST_S, math.fsum(samples) / len(samples))
+
+
 def service_of(policy: Policy, samples: Sequence[float]) -> Estimate:
     if len(samples) >= MIN_SERVICE_SAMPLES or (samples and policy.service_s is None):
-        return Estimate(math.fsum(samples) / len(samples), "learned", len(samples))
+        return Estimate(_mean(samples), "learned", len(samples))
     if policy.service_s is not None:
         return Estimate(policy.service_s, "hint")
     return Estimate(DEFAULT_SERVICE_S, "default")
@@ -57,7 +63,7 @@ def service_of(policy: Policy, samples: Sequence[float]) -> Estimate:
 
 def boot_of(policy: Policy, samples: Sequence[float]) -> Estimate:
     if samples:
-        return Estimate(math.fsum(samples) / len(samples), "learned", len(samples))
+        return Estimate(_mean(samples), "learned", len(samples))
     if policy.boot_s is not None:
         return Estimate(policy.boot_s, "hint")
     return Estimate(DEFAULT_BOOT_S, "default")

@@ -38,8 +38,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.queue import Queue
 from lakeshore.domain.scaling import Counters
-from lakeshore.elasticity.snapshot import Snapshot
-from lakeshore.store import claimable
+from lakeshore.elasticity.estimates import History
+from lakeshore.elasticity.snapshot import Key, Snapshot
+from lakeshore.elasticity.units import distinct_workers
+from lakeshore.store import claimable, history
 from lakeshore.store import launches as launch_rows
 from lakeshore.store.rows import queue_from_row
 from lakeshore.store.tables import (
@@ -279,8 +281,10 @@ async def snapshot(
     fleets are counted by the database (``headcount``); only pools' members have their
     workers listed, since a pool counts a worker subscribed to two members once."""
     ticked = await active_queues(conn, node_id, unpinned=unpinned, cache=cache)
+    learning = history.learning(ticked)
     pooled = [q.id for _, q in ticked if q.spec.elasticity and q.spec.elasticity.pool]
-    by_queue, capacity = await _workers(conn, pooled)
+    pooled += [q.id for members in learning.values() for q in members]  # idle times
+    by_queue, capacity = await _workers(conn, sorted(set(pooled)))
     return Snapshot(
         queues=ticked,
         pending=await _counts(conn, "pending", now),
@@ -290,7 +294,21 @@ async def snapshot(
         counters=await load_counters(conn),
         in_flight=await launch_rows.in_flight_by_scope(conn, None, now),
         headcount=await headcount(conn),
+        history=await _histories(conn, learning, by_queue, now),
     )
+
+
+async def _histories(
+    conn: AsyncConnection,
+    learning: dict[Key, list[Queue]],
+    by_queue: dict[str, list[WorkerView]],
+    now: datetime,
+) -> dict[Key, History]:
+    """The recent history of each scope whose policy learns from it (``wait_target``)."""
+    return {
+        key: await history.history_of(conn, key, members, distinct_workers(members, by_queue), now)
+        for key, members in learning.items()
+    }
 
 
 async def snapshot_of(
@@ -312,6 +330,7 @@ async def snapshot_of(
         capacity=capacity,
         counters=await load_counters(conn, namespace_id),
         in_flight=await launch_rows.in_flight_by_scope(conn, [(namespace_id, scope)], now),
+        history=await _histories(conn, history.learning(queues), by_queue, now),
     )
 
 

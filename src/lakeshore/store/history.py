@@ -1,0 +1,143 @@
+"""What ``wait_target`` learns from, read from the tables the queue already writes.
+
+No table of its own: service times are the invocations' ``started_at`` → ``finished_at``,
+boot times the launches' ``created_at`` → ``resolved_at`` of those that said hello, the
+arrival rate the invocations' ``created_at``, the delayed work their ``available_at``, and
+a daemon's idleness its last ``finished_at`` (or its hello). The rules that turn these
+into estimates are :mod:`lakeshore.elasticity.estimates`, shared with the simulator.
+
+Read only for the scopes whose policy learns (``wait_target``): a few indexed queries per
+such scope, each bounded (the latest 500 finishes, 20 launches, 20 minutes of submits).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from sqlalchemy import case, func, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from lakeshore.domain.fleet import WorkerView
+from lakeshore.domain.queue import Queue
+from lakeshore.domain.wait_target import DEFAULT_BOOT_S
+from lakeshore.elasticity import estimates
+from lakeshore.elasticity.snapshot import Key
+from lakeshore.elasticity.units import scope_of
+from lakeshore.store import claimable
+from lakeshore.store.tables import FINISHED, invocations, launches, workers
+
+INV = invocations.c
+L = launches.c
+
+
+def learning(queues: Sequence[tuple[str, Queue]]) -> dict[Key, list[Queue]]:
+    """The scopes whose policy learns from their history, each with its queues (a pool's
+    members, or the queue alone)."""
+    by_scope: dict[Key, list[Queue]] = {}
+    for _, queue in queues:
+        by_scope.setdefault((queue.namespace_id, scope_of(queue)), []).append(queue)
+    return {
+        key: members
+        for key, members in by_scope.items()
+        if any(q.spec.elasticity and q.spec.elasticity.kind == "wait_target" for q in members)
+    }
+
+
+async def history_of(
+    conn: AsyncConnection,
+    key: Key,
+    members: Sequence[Queue],
+    fleet: Sequence[WorkerView],
+    now: datetime,
+) -> estimates.History:
+    """One scope's recent history (``fleet``: its workers, to time their idleness)."""
+    ids = [q.id for q in members]
+    boots = await _boots(conn, key)
+    policy = members[0].spec.elasticity
+    boot_s = (
+        sum(boots) / len(boots)
+        if boots
+        else (policy.boot_s if policy and policy.boot_s else DEFAULT_BOOT_S)
+    )
+    return estimates.History(
+        service_s=await _services(conn, ids, now),
+        boot_s=boots,
+        per_minute=await _per_minute(conn, ids, now),
+        due_soon=await _due_soon(conn, ids, now, boot_s),
+        idle_for=await _idle_for(conn, fleet, now),
+    )
+
+
+async def _services(conn: AsyncConnection, ids: Sequence[str], now: datetime) -> list[float]:
+    since = now - timedelta(seconds=estimates.SERVICE_WINDOW_S)
+    query = (
+        select(INV.started_at, INV.finished_at)
+        .where(INV.queue_id.in_(ids), text(FINISHED), INV.finished_at >= since)
+        .where(INV.started_at.is_not(None))
+        .order_by(INV.finished_at.desc())
+        .limit(estimates.SERVICE_SAMPLES)
+    )
+    rows = (await conn.execute(query)).all()
+    return [max(0.0, (done - began).total_seconds()) for began, done in rows]
+
+
+async def _boots(conn: AsyncConnection, key: Key) -> list[float]:
+    namespace_id, scope = key
+    query = (
+        select(L.created_at, L.resolved_at)
+        .where(L.namespace_id == namespace_id, L.scope == scope, L.state == "succeeded")
+        .where(L.resolved_at.is_not(None))
+        .order_by(L.created_at.desc())
+        .limit(estimates.BOOT_SAMPLES)
+    )
+    rows = (await conn.execute(query)).all()
+    return [max(0.0, (hello - asked).total_seconds()) for asked, hello in rows]
+
+
+async def _per_minute(conn: AsyncConnection, ids: Sequence[str], now: datetime) -> list[int]:
+    """Submits in each of the last minutes, newest first: one row of conditional counts."""
+    edges = [now - timedelta(minutes=i) for i in range(estimates.ARRIVAL_MINUTES + 1)]
+    columns = [
+        func.coalesce(func.sum(case((INV.created_at >= edges[i + 1], 1), else_=0)), 0).label(
+            f"m{i}"
+        )
+        for i in range(estimates.ARRIVAL_MINUTES)
+    ]
+    query = select(*columns).where(
+        INV.queue_id.in_(ids), INV.created_at >= edges[-1], INV.created_at < now
+    )
+    row = (await conn.execute(query)).one()
+    cumulative = [int(n) for n in row]  # submits since the start of minute i (from now)
+    return [cumulative[0], *(b - a for a, b in itertools.pairwise(cumulative))]
+
+
+async def _due_soon(conn: AsyncConnection, ids: Sequence[str], now: datetime, boot_s: float) -> int:
+    """Delayed invocations (not due yet) falling due within a boot."""
+    horizon = now + timedelta(seconds=boot_s)
+    query = select(func.count()).where(
+        INV.queue_id.in_(ids), claimable.scheduled(now), INV.available_at <= horizon
+    )
+    return int((await conn.execute(query)).scalar_one())
+
+
+async def _idle_for(
+    conn: AsyncConnection, fleet: Sequence[WorkerView], now: datetime
+) -> dict[str, float]:
+    """How long each idle worker has had nothing to run: since its last finish, or since
+    its hello when it has finished nothing."""
+    idle = [w.id for w in fleet if not w.running and not w.current_invocations]
+    if not idle:
+        return {}
+    hello = select(workers.c.id, workers.c.created_at).where(workers.c.id.in_(idle))
+    since = {wid: at for wid, at in (await conn.execute(hello)).all()}
+    last = (
+        select(INV.worker_id, func.max(INV.finished_at))
+        .where(INV.worker_id.in_(idle), INV.finished_at.is_not(None))
+        .group_by(INV.worker_id)
+    )
+    for wid, at in (await conn.execute(last)).all():
+        if at is not None and (wid not in since or at > since[wid]):
+            since[wid] = at
+    return {wid: max(0.0, (now - at).total_seconds()) for wid, at in since.items()}
