@@ -21,8 +21,8 @@ ElasticityOpt = Annotated[
     str | None,
     typer.Option(
         "--elasticity",
-        help="Scaling policy: fixed, fully-elastic, pool-with-threshold, max-count "
-        "(underscored spellings work too).",
+        help="Scaling policy: fixed, fully-elastic, pool-with-threshold, max-count, "
+        "wait-target (underscored spellings work too).",
     ),
 ]
 Provider = Annotated[str | None, typer.Option("--provider", help="Provider to launch through.")]
@@ -37,6 +37,24 @@ ThresholdLow = Annotated[
     typer.Option("--threshold-low", help="pool_with_threshold: utilization that scales down."),
 ]
 Pool = Annotated[str | None, typer.Option("--pool", help="Shared pool to tick this queue in.")]
+Wait = Annotated[
+    str | None,
+    typer.Option(
+        "--wait",
+        help="wait_target: the p95 submit → start wait to keep under (60, 60s, 5m, 1h).",
+        show_default=False,
+    ),
+]
+MaxStep = Annotated[
+    int | None,
+    typer.Option(
+        "--max-step",
+        min=1,
+        help="Most daemons launched (or killed) in one tick (default 1; wait_target: no "
+        "limit below --max).",
+        show_default=False,
+    ),
+]
 Description = Annotated[str | None, typer.Option("--description", help="What the queue is for.")]
 Retention = Annotated[
     float | None,
@@ -96,6 +114,8 @@ def _knobs(
     threshold: float | None,
     threshold_low: float | None,
     pool: str | None,
+    wait: str | None = None,
+    max_step: int | None = None,
 ) -> dict[str, Any]:
     return {
         "min": min_,
@@ -103,7 +123,22 @@ def _knobs(
         "threshold": threshold,
         "threshold_low": threshold_low,
         "pool": pool,
+        "wait_s": _seconds(wait) if wait is not None else None,
+        "max_step": max_step,
     }
+
+
+def _seconds(text: str) -> float:
+    """``--wait``: seconds, with an optional s, m or h."""
+    from lakeshore.elasticity.workload import WorkloadError, seconds
+
+    try:
+        value = seconds(text)
+    except WorkloadError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--wait") from None
+    if value <= 0:
+        raise typer.BadParameter(f"{text!r}: must be more than 0 seconds", param_hint="--wait")
+    return value
 
 
 def _render(queue: dict[str, Any], as_json: bool) -> None:
@@ -125,6 +160,8 @@ def create(
     threshold: Threshold = None,
     threshold_low: ThresholdLow = None,
     pool: Pool = None,
+    wait: Wait = None,
+    max_step: MaxStep = None,
     description: Description = None,
     retention_s: Retention = None,
     as_json: Json = False,
@@ -132,7 +169,7 @@ def create(
     """Create a queue (submitting to a missing queue also creates one, as fifo)."""
     cli = context.get(ctx)
     body = {"name": name, **_plain_fields(kind, provider, description, retention_s)}
-    knobs = _knobs(min_, max_, threshold, threshold_low, pool)
+    knobs = _knobs(min_, max_, threshold, threshold_low, pool, wait, max_step)
     scaling = _scaling(None, elasticity, knobs)
     if scaling is not None:
         body["elasticity"] = scaling
@@ -151,6 +188,8 @@ def patch(
     threshold: Threshold = None,
     threshold_low: ThresholdLow = None,
     pool: Pool = None,
+    wait: Wait = None,
+    max_step: MaxStep = None,
     description: Description = None,
     retention_s: Retention = None,
     as_json: Json = False,
@@ -161,7 +200,7 @@ def patch(
     """
     cli = context.get(ctx)
     body = _plain_fields(kind, provider, description, retention_s)
-    knobs = _knobs(min_, max_, threshold, threshold_low, pool)
+    knobs = _knobs(min_, max_, threshold, threshold_low, pool, wait, max_step)
     if elasticity is not None or any(v is not None for v in knobs.values()):
         current = cli.client.request("GET", cli.ns_path("queues", name)).get("elasticity")
         body["elasticity"] = _scaling(current, elasticity, knobs)

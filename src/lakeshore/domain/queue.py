@@ -188,9 +188,7 @@ class Elasticity(BaseModel):
     @model_validator(mode="after")
     def _wait_target_has_its_wait(self) -> Elasticity:
         if self.kind == "wait_target" and self.wait_s is None:
-            raise PydanticCustomError(
-                "missing", "wait_target needs wait_s: the p95 submit → start wait to keep under"
-            )
+            raise ValueError("wait_target needs wait_s: the p95 submit → start wait to keep under")
         return self
 
     @property
