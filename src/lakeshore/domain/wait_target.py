@@ -341,11 +341,13 @@ def _noop(policy: Policy, s: Signals, d: Demand, look: _Look, have: int, steady:
         )
     if look.backlog and look.now_s <= d.boot.value and look.now_s > (policy.wait_s or 0):
         rule, hint = "wait_target.drains_first", "a new daemon would boot after the backlog drains"
+        head = f"no launch, a boot (~{_fmt_s(d.boot.value)}) ends after the drain"
     else:
         rule, hint = "wait_target.steady", "launches when the predicted p95 wait exceeds the target"
+        head = "target met"
     return Decision(
         "tick_noop",
-        f"target met: {story}",
+        f"{head}: {story}",
         Counters(),
         rule,
         target=have,

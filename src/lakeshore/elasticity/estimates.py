@@ -12,8 +12,8 @@ model alike, so both learn the same way:
   learned from the first, the policy's ``boot_s`` hint before, else the default;
 - **arrival rate**: the submits of each of the last :data:`ARRIVAL_MINUTES` minutes,
   averaged, a burst's minutes left out (a burst is backlog, which the rule drains on its
-  own, not a rate to keep a fleet for); the last :data:`RECENT_MINUTES` alone when they
-  show a rise.
+  own, not a rate to keep a fleet for); on a rise (a least-squares slope over a deviation
+  of noise), the line carried a boot ahead.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ SERVICE_SAMPLES: Final = 500
 MIN_SERVICE_SAMPLES: Final = 3
 BOOT_SAMPLES: Final = 20
 ARRIVAL_MINUTES: Final = 20
-RECENT_MINUTES: Final = 5
+BURST_SHARE: Final = 0.1  # at most this share of minutes is left out as bursts
+TREND_SIGMAS: Final = 1.0  # a rise is followed once its slope is this many deviations
 SHORTEST_S: Final = 0.1  # a learned time is at least this: runs that took no time at all
 
 
@@ -69,32 +70,39 @@ def boot_of(policy: Policy, samples: Sequence[float]) -> Estimate:
     return Estimate(DEFAULT_BOOT_S, "default")
 
 
-def arrivals_of(per_minute: Sequence[int]) -> Estimate:
-    """Submits a second: the mean of the minutes' counts (newest first), a burst's minutes
-    left out (a count no Poisson rate near the median's would bring: over ``median +
-    3·sqrt(median) + 3``); or, when the last :data:`RECENT_MINUTES` (their busiest left
-    out) brought more than chance explains at that rate (two standard deviations of a
-    Poisson count), theirs: a rate on the rise is followed within minutes."""
+def arrivals_of(per_minute: Sequence[int], ahead_s: float = 0.0) -> Estimate:
+    """Submits a second: the minutes' counts (newest first), a burst's minutes left out
+    (a count no Poisson rate near the median's would bring: over ``median +
+    3·sqrt(median) + 3``, in at most a tenth of the minutes — more is the rate moving),
+    averaged; or, when it rises by more than noise, their least-squares line carried
+    ``ahead_s`` on (a boot: the rate the fleet launched now will meet)."""
     if not per_minute:
         return Estimate(0.0, "learned", 0)
     ordered = sorted(per_minute)
     median = ordered[len(ordered) // 2]
     bound = median + 3 * math.sqrt(median) + 3
-    kept = [n for n in per_minute if n <= bound]
-    rate = sum(kept) / len(kept)
-    recent = sorted(per_minute[:RECENT_MINUTES])[:-1]  # its busiest minute left out
-    expected = rate * len(recent)
-    if recent and sum(recent) > expected + 2 * math.sqrt(max(expected, 1.0)):
-        rate = sum(recent) / len(recent)  # more than chance explains: on the rise
+    outliers = sum(1 for n in per_minute if n > bound)
+    if outliers > len(per_minute) * BURST_SHARE:  # not a burst: the rate moved
+        bound = math.inf
+    kept = [(-i - 0.5, n) for i, n in enumerate(per_minute) if n <= bound]
+    mean = sum(n for _, n in kept) / len(kept)
+    rate = mean
+    if len(kept) > 2:
+        x_mean = sum(x for x, _ in kept) / len(kept)
+        spread = sum((x - x_mean) ** 2 for x, _ in kept)
+        slope = sum((x - x_mean) * (n - mean) for x, n in kept) / spread
+        if slope > TREND_SIGMAS * math.sqrt(max(mean, 1.0) / spread):  # more than noise
+            rate = max(mean, mean + slope * (ahead_s / 60.0 - x_mean))
     return Estimate(rate / 60.0, "learned", len(per_minute))
 
 
 def demand(policy: Policy, history: History) -> Demand:
     """The estimates ``wait_target`` decides from."""
+    boot = boot_of(policy, history.boot_s)
     return Demand(
         service=service_of(policy, history.service_s),
-        boot=boot_of(policy, history.boot_s),
-        arrivals=arrivals_of(history.per_minute),
+        boot=boot,
+        arrivals=arrivals_of(history.per_minute, boot.value),
         due_soon=history.due_soon,
         idle_for=history.idle_for,
     )
