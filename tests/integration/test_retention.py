@@ -298,3 +298,22 @@ async def test_the_loop_sweeps_only_where_the_server_leads(
 
     assert sleeps == [60.0] * 4
     assert await exists(api, invocation) is kept
+
+
+async def test_a_sweep_that_deleted_vacuums_where_postgresql_does_not(
+    served: Served, clock: FakeClock
+) -> None:
+    """With ``autovacuum`` off a deleted row's room is never reused: the sweep vacuums."""
+    api, state = served
+    if state.store.dialect != "postgresql":
+        pytest.skip("SQLite reuses a deleted row's pages by itself")
+    async with state.store.read() as conn:
+        if await retention_store.vacuumed_by_the_server(conn):
+            pytest.skip("this PostgreSQL runs autovacuum: the sweep leaves it to it")
+    last_vacuum = text("SELECT last_vacuum FROM pg_stat_user_tables WHERE relname = 'invocations'")
+    await queue(api, "v", retention_s=60)
+    await cancelled(api, "v")
+    clock.advance(3600)
+    assert (await sweep(state, clock)).invocations == 1
+    async with state.store.read() as conn:
+        assert (await conn.execute(last_vacuum)).scalar_one() is not None

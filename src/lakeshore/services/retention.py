@@ -97,7 +97,24 @@ async def sweep(
             return gone
 
         await _batches("decision events", old_events, batch_rows, max_batches)
+    if invocations or events:
+        await _vacuum_where_the_database_does_not(store)
     return retention.Deleted(invocations=invocations, stream_items=items, events=events)
+
+
+async def _vacuum_where_the_database_does_not(store: Store) -> None:
+    """With PostgreSQL's ``autovacuum`` off, a deleted row's room is never used again and
+    the table grows however much is deleted (``bench/steady_retention.py``): after a
+    sweep that deleted, the sweep vacuums the tables it and the live path churn."""
+    try:
+        async with store.engine.connect() as conn:
+            if await retention_store.vacuumed_by_the_server(conn):
+                return
+            await conn.commit()  # out of the transaction SHOW began
+            done = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await retention_store.vacuum(done)
+    except Exception:
+        log.exception("retention: vacuuming after the sweep failed; the next sweep tries again")
 
 
 async def _batches(

@@ -106,3 +106,22 @@ async def delete_events(
         return 0
     done = await conn.execute(delete(elasticity_events).where(E.id.in_(ids)))
     return int(done.rowcount)
+
+
+# the tables whose rows the live path updates and the sweep deletes: their dead row
+# versions are what a vacuum makes room of
+CHURNED = ("invocations", "stream_items", "workers", "elasticity_events")
+
+
+async def vacuumed_by_the_server(conn: AsyncConnection) -> bool:
+    """Whether the database cleans up dead rows by itself (PostgreSQL's ``autovacuum``;
+    SQLite reuses a deleted row's pages without it)."""
+    if conn.dialect.name != "postgresql":
+        return True
+    return str((await conn.execute(text("SHOW autovacuum"))).scalar_one()) == "on"
+
+
+async def vacuum(conn: AsyncConnection) -> None:
+    """``VACUUM`` the churned tables (PostgreSQL; ``conn`` in autocommit): their dead
+    rows' room is used again, without locking out reads or writes."""
+    await conn.execute(text(f"VACUUM (ANALYZE) {', '.join(CHURNED)}"))
