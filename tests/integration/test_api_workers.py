@@ -535,10 +535,10 @@ async def test_a_claim_whose_caller_hung_up_leases_nothing(
 ) -> None:
     """The hang-up ends the long-poll before anything is leased to a gone caller."""
     from lakeshore.services.auth import ADMIN as ADMIN_PRINCIPAL
-    from lakeshore.services.notify import Notifier
+    from lakeshore.services.notify import Hangup, Notifier
 
     worker = await hello(api, ["hangup"])
-    gone = asyncio.Event()
+    gone = Hangup()
     gone.set()
     await submit(api, "hangup")
     claimed = await worker_service.claim(

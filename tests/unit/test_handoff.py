@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from lakeshore.domain import access
 from lakeshore.services.handoff import Waiter, Waiting
+from lakeshore.services.notify import Hangup
 
 
 def waiter(worker: str, gone: bool = False, token: str | None = None) -> Waiter:
     caller = None if token is None else access.Caller(False, "namespace", token, token)
-    hung_up = asyncio.Event()
+    hung_up = Hangup()
     if gone:
         hung_up.set()
     return Waiter(worker, holds=4, caller=caller, lease_s=30.0, gone=hung_up)

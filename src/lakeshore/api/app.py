@@ -207,6 +207,8 @@ async def begin_stopping(app: FastAPI) -> None:
         except Exception:  # the stop goes on: the lifespan's shutdown tries again
             log.exception("stopping the local daemons failed")
     state.stopping.set()
+    for gone in list(state.hangups):
+        gone.set()
 
 
 class LakeshoreApp(FastAPI):

@@ -23,7 +23,7 @@ from lakeshore.services.handoff import Waiting
 from lakeshore.services.invocations import KnownQueues, RateLimiter
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
-from lakeshore.services.notify import Notifier
+from lakeshore.services.notify import Hangup, Notifier
 from lakeshore.services.overview import Overview
 from lakeshore.store.engine import Store
 from lakeshore.store.leadership import Leadership
@@ -59,6 +59,8 @@ class AppState:
     # set as the server begins to stop: waiting claims answer and streams end at once,
     # rather than holding the shutdown (see api.app.begin_stopping)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # the claims waiting here, each set (answered empty) as the server begins to stop
+    hangups: set[Hangup] = field(default_factory=set)
     # what must happen while the server still answers, once it is asked to stop (the
     # local fleet's daemons, which report and say goodbye to it); None: nothing
     before_stop: Callable[[], Awaitable[None]] | None = None

@@ -36,7 +36,7 @@ from lakeshore.domain import access
 from lakeshore.errors import Gone, NotFound
 from lakeshore.services.handoff import Waiter, Waiting
 from lakeshore.services.invocations import to_json
-from lakeshore.services.notify import Notifier, wait_any
+from lakeshore.services.notify import Hangup, Notifier, wait_one
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import workers as worker_store
 from lakeshore.store.engine import Store
@@ -277,7 +277,7 @@ async def long_poll(
     clock: Callable[[], datetime],
     lease_s: float,
     recheck_s: float,
-    gone: asyncio.Event | None = None,
+    gone: Hangup | None = None,
     tried: bool = False,
     expired: dict[str, int] | None = None,
     waiting: Waiting | None = None,
@@ -301,7 +301,8 @@ async def long_poll(
     watched = [q["id"] for q in queues if q["own"] or reach.admits(q)]
     watched.append(worker_key(worker.id))  # the controller retiring it
     handing = [q["id"] for q in queues if q["own"] and q["state"] == "active"]
-    with notifier.listen(watched) as woken:
+    # one event wakes the wait: a notify, a hand-off, the caller gone (``gone.bell``)
+    with notifier.listen(watched, None if gone is None else gone.bell) as woken:
         while True:
             woken.clear()
             if gone is not None and gone.is_set():
@@ -312,13 +313,12 @@ async def long_poll(
             if attempt.claimed or remaining <= 0 or limit == 0:
                 return attempt.claimed
             pause = pause_s(attempt, now, recheck_s + random.uniform(0, 0.5))
-            events = [woken] if gone is None else [woken, gone]
             if waiting is None or not handing or limit == 0:
-                await wait_any(events, min(pause, remaining))
+                await wait_one(woken, min(pause, remaining))
                 continue
-            me = Waiter(worker.id, worker.holds, worker.caller, lease_s, gone)
+            me = Waiter(worker.id, worker.holds, worker.caller, lease_s, gone, woken)
             with waiting.wait(me, handing):
-                await wait_any([*events, me.woken], min(pause, remaining))
+                await wait_one(woken, min(pause, remaining))
             handed = await me.received()
             if handed:
                 return handed

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakeshore.domain import access
+from lakeshore.services.notify import Hangup
 
 Claimed = list[dict[str, Any]]
 TURNS = 4  # a waiting claim resumes in one turn of the loop; one still waking, in three
@@ -38,7 +39,7 @@ class Waiter:
     holds: int  # the most invocations the worker may hold at once
     caller: access.Caller | None
     lease_s: float
-    gone: asyncio.Event | None = None  # its client hung up
+    gone: Hangup | None = None  # its client hung up
     woken: asyncio.Event = field(default_factory=asyncio.Event)
     queue_ids: list[str] = field(default_factory=list)  # where it waits
     handed: asyncio.Future[Claimed] | None = None  # set once a submit took it

@@ -10,6 +10,7 @@ across server replicas PostgreSQL ``LISTEN/NOTIFY`` feeds the same ``notify``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -48,8 +49,12 @@ class Notifier:
                 event.set()
 
     @contextmanager
-    def listen(self, queue_ids: Iterable[str]) -> Iterator[asyncio.Event]:
-        event = asyncio.Event()
+    def listen(
+        self, queue_ids: Iterable[str], event: asyncio.Event | None = None
+    ) -> Iterator[asyncio.Event]:
+        """Set ``event`` (a new one unless given) on every notify of these keys while
+        inside."""
+        event = asyncio.Event() if event is None else event
         keys = list(queue_ids)
         for key in keys:
             self._waiters[key].add(event)
@@ -62,6 +67,36 @@ class Notifier:
                     waiters.discard(event)
                     if not waiters:
                         del self._waiters[key]
+
+
+class Hangup:
+    """Set once a waiting claim's caller is gone (it hung up, or the server is
+    stopping). Setting it also rings ``bell``, which the claim's notifier wake-ups and
+    hand-off ring too: a waiting claim waits on that one event, with no task of its own
+    (a server holding many waiting claims keeps few objects for each:
+    ``bench/longpoll_memory.py``)."""
+
+    __slots__ = ("_set", "bell")
+
+    def __init__(self) -> None:
+        self._set = False
+        self.bell = asyncio.Event()
+
+    def set(self) -> None:
+        self._set = True
+        self.bell.set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+async def wait_one(event: asyncio.Event, seconds: float) -> None:
+    """Until ``event`` is set, at most ``seconds``; no task is made for it."""
+    if event.is_set() or seconds <= 0:
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
 
 
 async def wait_any(events: list[asyncio.Event], seconds: float) -> None:

@@ -3,7 +3,6 @@ reaper that returns a dead worker's work to the queue is :mod:`.reaper`)."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from lakeshore.services.auth import Principal
 from lakeshore.services.handoff import Waiting
 from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.metrics import Metrics
-from lakeshore.services.notify import Notifier
+from lakeshore.services.notify import Hangup, Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import launches as launch_store
 from lakeshore.store import leases as lease_store
@@ -281,7 +280,7 @@ async def claim(
     clock: Callable[[], datetime],
     lease_s: float = LEASE_S,
     recheck_s: float = IDLE_RECHECK_S,
-    gone: asyncio.Event | None = None,
+    gone: Hangup | None = None,
     metrics: Metrics | None = None,
     waiting: Waiting | None = None,
 ) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from lakeshore.domain.invocations import Report
 from lakeshore.errors import InvalidInput, PayloadTooLarge
 from lakeshore.services import streams as stream_service
 from lakeshore.services import workers as worker_service
+from lakeshore.services.notify import Hangup
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"])
 
@@ -45,20 +46,10 @@ async def hello(state: State, caller: Caller, body: Annotated[Any, Body()]) -> d
     )
 
 
-async def _watch_hangup(request: Request, gone: asyncio.Event, stopping: asyncio.Event) -> None:
-    """Set ``gone`` when the client disconnects (the body has been read already), or when
-    the server begins to stop: a claim waiting then answers at once, with nothing."""
-
-    async def hung_up() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watched = [asyncio.ensure_future(hung_up()), asyncio.ensure_future(stopping.wait())]
-    try:
-        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in watched:
-            task.cancel()
+async def _watch_hangup(request: Request, gone: Hangup) -> None:
+    """Set ``gone`` when the client disconnects (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
     gone.set()
 
 
@@ -76,8 +67,13 @@ async def claim(
     (0 when it already may, e.g. another worker took it first; more when a retry waits
     out its backoff), or null when they hold no pending work."""
     wanted = body or ClaimIn()
-    gone = asyncio.Event()
-    watcher = asyncio.create_task(_watch_hangup(request, gone, state.stopping))
+    # set on the client's hang-up (one task) or as the server begins to stop (it sets
+    # every claim's in ``state.hangups``): a waiting claim then answers at once, empty
+    gone = Hangup()
+    if state.stopping.is_set():
+        gone.set()
+    state.hangups.add(gone)
+    watcher = asyncio.create_task(_watch_hangup(request, gone))
     try:
         claimed = await worker_service.claim(
             state.store,
@@ -95,6 +91,7 @@ async def claim(
         )
     finally:
         watcher.cancel()
+        state.hangups.discard(gone)
     if claimed:
         return json_answer({"invocations": claimed})
     # nothing now: when pending work will be claimable (a retry's backoff), or null
