@@ -106,7 +106,7 @@ async def _per_minute(conn: AsyncConnection, ids: Sequence[str], now: datetime) 
         for i in range(estimates.ARRIVAL_MINUTES)
     ]
     query = select(*columns).where(
-        INV.queue_id.in_(ids), INV.created_at >= edges[-1], INV.created_at < now
+        INV.queue_id.in_(ids), INV.created_at >= edges[-1], INV.created_at <= now
     )
     row = (await conn.execute(query)).one()
     cumulative = [int(n) for n in row]  # submits since the start of minute i (from now)
