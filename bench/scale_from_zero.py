@@ -7,6 +7,8 @@ For each backend: a real ``lakeshore server`` with its controller loop on at the
 Once a tick has seen them all at zero, each queue in turn gets one submit, and the time
 from the submit's request to its launch appearing in the provider's launches (the
 launch's own ``created_at``, the moment the controller recorded the request) is taken.
+Then the same for ``--queues`` fresh queues, each created and submitted to at once (the
+README's first steps: no tick has seen it).
 
     .venv/bin/python bench/scale_from_zero.py            # both stores, 20 queues each
     .venv/bin/python bench/scale_from_zero.py --backend sqlite --queues 50
@@ -47,15 +49,34 @@ def wait_for(predicate: Any, within_s: float, what: str) -> Any:
     raise BenchError(f"no {what} within {within_s:.0f} s")
 
 
-def measure(url: str, token: str, queues: int) -> list[float]:
+def _create(http: httpx.Client, name: str) -> None:
+    spec = {"name": name, "elasticity": {"kind": "fully_elastic", "min": 0, "max": 2}}
+    check(http.post(f"{NS}/queues", json={**spec, "providerRef": "fk"}), 201)
+
+
+def _submit_and_wait(http: httpx.Client, name: str) -> float:
+    """ms from a submit's request to its launch request (the launch's ``created_at``)."""
+    sent = datetime.now().astimezone()
+    check(http.post(f"{NS}/queues/{name}/invocations", json={"fn": "m:f"}), 201)
+
+    def launched() -> list[dict[str, Any]]:
+        found = check(http.get(f"{NS}/providers/fk/launches"), 200)["launches"]
+        return [launch for launch in found if launch["scope"] == name]
+
+    launch = wait_for(launched, 30, f"launch for {name}")[0]
+    asked = datetime.fromisoformat(launch["created_at"])
+    return (asked - sent).total_seconds() * 1000
+
+
+def measure(url: str, token: str, queues: int) -> tuple[list[float], list[float]]:
+    """The waits of queues a tick saw at zero, then of fresh queues."""
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
         body = {"name": "fk", "kind": "fake", "config": {}}
         check(http.post(f"{NS}/providers", json=body), 201)
         names = [f"cold-{n}" for n in range(queues)]
         for name in names:
-            spec = {"name": name, "elasticity": {"kind": "fully_elastic", "min": 0, "max": 2}}
-            check(http.post(f"{NS}/queues", json={**spec, "providerRef": "fk"}), 201)
+            _create(http, name)
 
         def ticked() -> bool:  # every queue has a decision: a tick saw them at zero
             for name in names:
@@ -65,19 +86,12 @@ def measure(url: str, token: str, queues: int) -> list[float]:
             return True
 
         wait_for(ticked, 30, "tick over every queue")
-        waits: list[float] = []
-        for name in names:
-            sent = datetime.now().astimezone()
-            check(http.post(f"{NS}/queues/{name}/invocations", json={"fn": "m:f"}), 201)
-
-            def launched(name: str = name) -> list[dict[str, Any]]:
-                found = check(http.get(f"{NS}/providers/fk/launches"), 200)["launches"]
-                return [launch for launch in found if launch["scope"] == name]
-
-            launch = wait_for(launched, 30, f"launch for {name}")[0]
-            asked = datetime.fromisoformat(launch["created_at"])
-            waits.append((asked - sent).total_seconds() * 1000)
-        return waits
+        seen = [_submit_and_wait(http, name) for name in names]
+        fresh = []
+        for n in range(queues):
+            _create(http, f"fresh-{n}")
+            fresh.append(_submit_and_wait(http, f"fresh-{n}"))
+        return seen, fresh
 
 
 def main() -> int:
@@ -95,19 +109,20 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="lakeshore-bench-") as tmp:
             work = Path(tmp)
             if backend == "sqlite":
-                waits = _run(f"sqlite:///{work / 'lakeshore.db'}", work, opts.queues)
+                seen, fresh = _run(f"sqlite:///{work / 'lakeshore.db'}", work, opts.queues)
             else:
                 with pg_database() as db:
-                    waits = _run(db, work, opts.queues)
-        print(
-            f"{backend:10s} submit → launch request, ms: p50 {percentile(waits, 50):.1f}  "
-            f"p95 {percentile(waits, 95):.1f}  max {max(waits):.1f}  "
-            f"mean {statistics.fmean(waits):.1f}  (n={len(waits)})"
-        )
+                    seen, fresh = _run(db, work, opts.queues)
+        for label, waits in (("seen at zero", seen), ("fresh queue", fresh)):
+            print(
+                f"{backend:10s} {label:12s} submit → launch request, ms: "
+                f"p50 {percentile(waits, 50):.1f}  p95 {percentile(waits, 95):.1f}  "
+                f"max {max(waits):.1f}  mean {statistics.fmean(waits):.1f}  (n={len(waits)})"
+            )
     return 0
 
 
-def _run(db: str, work: Path, queues: int) -> list[float]:
+def _run(db: str, work: Path, queues: int) -> tuple[list[float], list[float]]:
     settings = {"ELASTICITY_ENABLED": "true", "ELASTICITY_INTERVAL_S": INTERVAL_S}
     with running_server(db, work, **settings) as (url, token):
         return measure(url, token, queues)

@@ -84,3 +84,34 @@ async def test_a_first_submit_at_zero_launches_without_waiting_for_the_tick(
     await submit_many(api, "cold", 1)  # no second nudge: the next tick plans it
     assert len(await _decisions(api, "hyst")) == 1
     assert len(await _launches(api)) == 1
+
+
+async def test_a_first_submit_to_a_queue_created_since_the_tick_launches_without_waiting(
+    looping: tuple[Any, httpx.AsyncClient],
+) -> None:
+    state, api = looping
+    await provider(api)
+    # created after the loop's first tick: no tick has seen them at zero
+    await queue(api, "fresh", elastic(max=3), providerRef="fk")
+    await queue(
+        api, "fresh-wait", {"kind": "wait_target", "wait_s": 60, "max": 8}, providerRef="fk"
+    )
+    await queue(api, "fresh-hyst", {"kind": "pool_with_threshold", "max": 3}, providerRef="fk")
+    await submit_many(api, "fresh", 2)
+    await submit_many(api, "fresh-wait", 20)
+    await submit_many(api, "fresh-hyst", 2)
+    for _ in range(200):  # bounded: at most 10 s
+        scopes = {launch["scope"] for launch in await _launches(api)}
+        if scopes >= {"fresh", "fresh-wait"}:
+            break
+        await asyncio.sleep(0.05)
+    launches = await _launches(api)
+    scopes = [launch["scope"] for launch in launches]
+    assert scopes.count("fresh") == 1  # one nudge: one launch (max_step 1)
+    assert scopes.count("fresh-wait") > 1  # wait_target: its burst
+    assert "fresh-hyst" not in scopes  # hysteresis: its tick
+    assert [d["action"] for d in await _decisions(api, "fresh")] == ["scale_up"]
+    await submit_many(api, "fresh", 1)  # looked up once until the next tick
+    assert len(await _decisions(api, "fresh")) == 1
+    fresh_id = (await api.get(f"{NS}/queues/fresh")).json()["id"]
+    assert state.controller.known is not None and fresh_id in state.controller.known

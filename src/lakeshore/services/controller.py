@@ -77,6 +77,9 @@ class Controller:
         # (no daemon, nothing in flight, nothing pending, a target policy): a submit to
         # one of these queues is planned at once (see :meth:`nudge`)
         self.at_zero: dict[str, tuple[str, str]] = {}
+        # the queues the last full tick planned, and those looked up since as fresh: a
+        # submit to any other queue is to one created since (see :meth:`is_fresh`)
+        self.known: set[str] | None = None
         self._queues = ctl_store.QueueCache()  # parsed queues, kept while unchanged
         # scope → (id, fingerprint) of the last no-op row written for it, to fold into
         self._last_rows: dict[Key, tuple[int, tuple[Any, ...]]] = {}
@@ -118,6 +121,24 @@ class Controller:
             if self.metrics is not None:
                 self.metrics.count_decisions(decisions)
             return decisions
+
+    def is_fresh(self, key: str) -> bool:
+        """Whether a wake-up's ``key`` is a queue no tick has planned yet (created since
+        the last full tick); each is answered once until the next full tick."""
+        if self.known is None or ":" in key or key in self.known:
+            return False  # before a first tick, or a worker's or a stream's key
+        self.known.add(key)
+        return True
+
+    async def scopes_at_zero(self, queue_ids: set[str]) -> set[Key]:
+        """The scopes of ``queue_ids`` (active queues with a policy a nudge plans, and no
+        custom scaler) that hold no daemon and no launch in flight: a first submit to
+        one of them is planned at once, as a submit to a scope a tick left at zero."""
+        if not queue_ids:
+            return set()
+        now = self.clock()
+        async with self.store.read() as conn:
+            return await ctl_store.scopes_at_zero(conn, sorted(queue_ids), plan.NUDGED_KINDS, now)
 
     async def close(self) -> None:
         """Stop waiting for launches and kills still running from earlier ticks."""
@@ -189,6 +210,7 @@ class Controller:
         await self._record(final, plan.changed_counters(steps), now)
         if only is None:  # a nudge leaves its scopes out of at_zero until the next full tick
             self.at_zero = await asyncio.to_thread(plan.at_zero, steps)
+            self.known = {queue.id for step in steps for queue in step.unit.members}
             self._previous = {step.key: step for step in steps}
             self._last_rows = {k: v for k, v in self._last_rows.items() if k in self._previous}
         else:

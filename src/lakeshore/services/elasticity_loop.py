@@ -10,10 +10,12 @@ queue, provider or store hiccup never stops the loop.
 
 Between ticks the loop listens to the server's wake-ups (every submit's, from this
 replica or, on PostgreSQL, from any): a submit to a queue whose scope the last tick left
-at zero — no daemon, nothing in flight, nothing pending, a ``fully_elastic`` or
-``max_count`` policy — has that scope planned at once (:meth:`Controller.nudge`), so the
-first launch does not wait for the next tick. A scope is nudged at most once between two
-ticks; ``pool_with_threshold`` is never nudged (its hysteresis counts ticks).
+at zero — no daemon, nothing in flight, nothing pending, a ``fully_elastic``,
+``max_count`` or ``wait_target`` policy — has that scope planned at once
+(:meth:`Controller.nudge`), so the first launch does not wait for the next tick. So does
+a submit to a queue created since the last tick (its scope looked up first: the README's
+first steps create a queue, then submit to it). A scope is nudged at most once between
+two ticks; ``pool_with_threshold`` is never nudged (its hysteresis counts ticks).
 """
 
 from __future__ import annotations
@@ -73,12 +75,16 @@ class _Nudges:
         self.controller = controller
         self.working = working
         self.scopes: set[tuple[str, str]] = set()
+        self.fresh: set[str] = set()  # queues no tick has seen yet: their scopes to look up
         self.heard_one = asyncio.Event()
 
     def heard(self, key: str) -> None:
         scope = self.controller.at_zero.pop(key, None)
         if scope is not None:
             self.scopes.add(scope)
+            self.heard_one.set()
+        elif self.controller.is_fresh(key):  # a queue created since the last tick
+            self.fresh.add(key)
             self.heard_one.set()
 
     async def serve_until(self, deadline: float, led: Led, interval_s: float) -> None:
@@ -91,12 +97,15 @@ class _Nudges:
                 return
             self.heard_one.clear()
             scopes, self.scopes = self.scopes, set()
+            fresh, self.fresh = self.fresh, set()
             if not led.anything:
                 continue  # another replica leads: its own loop hears the submit
             try:
                 async with self.working:
                     budget = interval_s * ACTING_SHARE
-                    _log(await self.controller.nudge(scopes, led, budget_s=budget))
+                    scopes |= await self.controller.scopes_at_zero(fresh)
+                    if scopes:
+                        _log(await self.controller.nudge(scopes, led, budget_s=budget))
             except Exception:
                 log.exception("planning %d scope(s) after a submit failed", len(scopes))
 

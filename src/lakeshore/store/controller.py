@@ -40,7 +40,7 @@ from lakeshore.domain.queue import Queue
 from lakeshore.domain.scaling import Counters
 from lakeshore.elasticity.estimates import History
 from lakeshore.elasticity.snapshot import Key, Snapshot
-from lakeshore.elasticity.units import distinct_workers
+from lakeshore.elasticity.units import distinct_workers, scope_of
 from lakeshore.store import claimable, history
 from lakeshore.store import launches as launch_rows
 from lakeshore.store.rows import queue_from_row
@@ -229,15 +229,19 @@ async def _workers(
     return dict(by_queue), capacity
 
 
-async def headcount(conn: AsyncConnection) -> dict[str, tuple[int, int]]:
-    """Per queue, its subscribed workers (retiring ones left out) and their capacity:
-    counted by the database, one row per queue."""
+async def headcount(
+    conn: AsyncConnection, queue_ids: Sequence[str] | None = None
+) -> dict[str, tuple[int, int]]:
+    """Per queue (of ``queue_ids``, or every one), its subscribed workers (retiring ones
+    left out) and their capacity: counted by the database, one row per queue."""
     query = (
         select(worker_queues.c.queue_id, func.count(), func.sum(W.max_invocations))
         .select_from(worker_queues.join(workers, W.id == worker_queues.c.worker_id))
         .where(W.retiring.is_(False))
         .group_by(worker_queues.c.queue_id)
     )
+    if queue_ids is not None:
+        query = query.where(worker_queues.c.queue_id.in_(queue_ids))
     rows = (await conn.execute(query)).all()
     return {queue_id: (int(n), int(most or 0)) for queue_id, n, most in rows}
 
@@ -332,6 +336,32 @@ async def snapshot_of(
         in_flight=await launch_rows.in_flight_by_scope(conn, [(namespace_id, scope)], now),
         history=await _histories(conn, history.learning(queues), by_queue, now),
     )
+
+
+async def scopes_at_zero(
+    conn: AsyncConnection, queue_ids: Sequence[str], kinds: Sequence[str], now: datetime
+) -> set[Key]:
+    """The scopes (namespace id, queue name or ``pool:<name>``) of the active queues of
+    ``queue_ids`` whose policy is one of ``kinds`` (without a custom scaler) and whose
+    scope has no daemon and no launch in flight."""
+    query = select(queues).where(queues.c.id.in_(queue_ids), queues.c.state == "active")
+    found = [queue_from_row(row) for row in (await conn.execute(query)).mappings()]
+    wanted = {
+        (q.namespace_id, scope_of(q)): q
+        for q in found
+        if q.spec.elasticity is not None
+        and q.spec.elasticity.kind in kinds
+        and q.spec.custom_scaler_udf is None
+    }
+    if not wanted:
+        return set()
+    flying = await launch_rows.in_flight_by_scope(conn, list(wanted), now)
+    fleets = await headcount(conn, [q.id for q in wanted.values()])
+    return {
+        key
+        for key, q in wanted.items()
+        if not flying.get(key) and (key[1].startswith("pool:") or not fleets.get(q.id, (0, 0))[0])
+    }
 
 
 async def save_counters(
