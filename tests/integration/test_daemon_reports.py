@@ -6,6 +6,7 @@ import json
 
 import httpx
 
+from lakeshore.daemon.prefetch import CEILING
 from tests.integration.daemons import ADMIN, NS, Flaky, daemon_for, results, submit
 
 
@@ -16,6 +17,7 @@ async def test_outcomes_go_out_through_batched_reports_that_claim_again(
     recorder = Flaky(app_transport, {})
     daemon = daemon_for(recorder, "reports")
     daemon.config.capacity = 4
+    daemon.config.prefetch = 0  # nothing held ahead: a batch is at most its capacity
 
     assert await daemon.run() == 0
 
@@ -28,6 +30,29 @@ async def test_outcomes_go_out_through_batched_reports_that_claim_again(
     assert any(report["claim"] > 0 for report in reports)
     assert daemon.completed == 40
     assert await results(app_transport, "reports") == [("succeeded", n * n) for n in range(40)]
+
+
+async def test_with_no_prefetch_given_a_daemon_of_tiny_invocations_learns_to_claim_ahead(
+    app_transport: httpx.AsyncBaseTransport,
+) -> None:
+    """Unset, the prefetch is learned (daemon/prefetch.py): the hello declares the most
+    it may hold ahead, nothing is held ahead at first, and once it has timed runs far
+    shorter than a report's round trip its reports claim beyond its one slot."""
+    await submit(app_transport, "learns", 300)
+    recorder = Flaky(app_transport, {})
+    daemon = daemon_for(recorder, "learns")
+    daemon.config.capacity = 1
+    daemon.config.runner = "thread"  # in process: a run takes microseconds
+
+    assert await daemon.run() == 0
+
+    hello = next(json.loads(body) for path, body in recorder.bodies if path.endswith("/hello"))
+    assert hello["capabilities"]["prefetch"] == CEILING
+    claims = [json.loads(body)["max"] for path, body in recorder.bodies if path.endswith("/claim")]
+    assert claims[0] == 1  # before any run was timed: its one slot only
+    reports = [json.loads(body) for path, body in recorder.bodies if path.endswith("/results")]
+    assert max(report["claim"] for report in reports) > 1  # held ahead of its one slot
+    assert daemon.completed == 300
 
 
 async def test_a_result_the_server_will_not_store_fails_the_attempt_for_good(

@@ -80,19 +80,19 @@ def run(
     ] = 1,
     log_format: LogFormat = Format.text,
     prefetch: Annotated[
-        int,
+        int | None,
         typer.Option(
             metavar="N",
             help="Claim up to N invocations beyond --capacity, to start the moment a slot "
-            "frees instead of after a round trip to the server: for many short "
-            "invocations, enough to cover a few reports' round trips (hundreds to a "
-            "thousand for a fast stream of tiny ones; docs/taskqueue.md#prefetch). They "
-            "count as running (their leases are kept) while they wait; leave it at 0 for "
-            "long ones, so another daemon can take them.",
+            "frees instead of after a round trip to the server. Unset, the daemon learns "
+            "it as it runs: hundreds for a fast stream of tiny invocations, none for long "
+            "ones (so another daemon can take them), at most 1,000 "
+            "(docs/taskqueue.md#prefetch). Held invocations count as running (their "
+            "leases are kept) while they wait. 0: never claim ahead.",
             min=0,
             max=10_000,
         ),
-    ] = 0,
+    ] = None,
     tag: Annotated[
         list[str] | None,
         typer.Option("--tag", metavar="TAG", help="A tag (repeatable), e.g. gpu:h100."),

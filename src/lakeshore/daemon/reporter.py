@@ -66,12 +66,14 @@ class Reporter:
         free_after: Callable[[int], int],
         on_claimed: Callable[[list[dict[str, Any]]], None],
         retry_s: float = 0.2,
+        on_trip: Callable[[float], None] | None = None,
     ) -> None:
         self.http = http
         self.path = path  # the worker's results route (its id may change on a new hello)
         self.free_after = free_after  # slots free once this many reports are done
         self.on_claimed = on_claimed
         self.retry_s = retry_s
+        self.on_trip = on_trip  # told each answered report's round trip, in seconds
         self._waiting: collections.deque[_Pending] = collections.deque()
         self._ready = asyncio.Event()
 
@@ -150,12 +152,15 @@ class Reporter:
         claim = max(0, self.free_after(len(batch)))
         for attempt in range(ATTEMPTS):
             body = b'{"results":[%b],"claim":%d}' % (results, claim)
+            began = asyncio.get_running_loop().time()
             try:
                 response = await self.http.post(self.path(), content=body, headers=_JSON)
             except httpx.TransportError as exc:
                 log.warning("report failed (%s); retrying", exc)
             else:
                 if response.status_code != 429 and response.status_code < 500:
+                    if self.on_trip is not None:
+                        self.on_trip(asyncio.get_running_loop().time() - began)
                     return response
                 log.warning("report refused for now (%d); retrying", response.status_code)
             await asyncio.sleep(min(5.0, self.retry_s * 2**attempt))

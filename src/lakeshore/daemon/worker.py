@@ -34,6 +34,7 @@ from lakeshore import jsontext, logs
 from lakeshore.daemon import linux, runner
 from lakeshore.daemon.longpoll import ClaimAnswer, LongPoll, tls_context
 from lakeshore.daemon.pool import Pool, PoolConfig
+from lakeshore.daemon.prefetch import Prefetch
 from lakeshore.daemon.reporter import Reporter
 from lakeshore.daemon.sentinel import Sentinel
 from lakeshore.daemon.streaming import ItemSender
@@ -51,7 +52,8 @@ class DaemonConfig:
     queues: Sequence[str]
     namespace: str | None = None
     capacity: int = 1
-    prefetch: int = 0  # invocations claimed ahead, waiting for a free slot
+    # invocations claimed ahead, waiting for a free slot: None learns how many (.prefetch)
+    prefetch: int | None = None
     tags: Sequence[str] = ()
     runner: str = daemon_runners.PROCESS  # process: a warm pool; thread: its own threads
     worker_id: str | None = None
@@ -85,6 +87,7 @@ class Daemon:
     sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
     slots: asyncio.Semaphore = field(init=False)  # --capacity: what runs at once
     prefetched: set[str] = field(default_factory=set)  # held, waiting for a slot
+    ahead: Prefetch = field(init=False)  # how many to hold ahead of the free slots
     session: str = field(default_factory=lambda: secrets.token_hex(8))  # this process's hello
     pool: Pool | None = None  # the process runner's children
     threads: Threads | None = None  # the thread runner
@@ -105,6 +108,7 @@ class Daemon:
                     loop.add_signal_handler(sig, self.stop.set)
             linux.become_subreaper()
         self.slots = asyncio.Semaphore(self.config.capacity)
+        self.ahead = Prefetch(self.config.capacity, fixed=self.config.prefetch)
         self.sentinel.start()
         if self.config.runner == daemon_runners.THREAD:
             self.threads = Threads(self.config.pool.preload)
@@ -175,11 +179,13 @@ class Daemon:
             free_after=self._free_after,
             on_claimed=self._start_all,
             retry_s=self.config.retry_s / 5,
+            on_trip=self.ahead.tripped,
         )
         reports = asyncio.create_task(self.reporter.run(), name="reporter")
         try:
-            if self.pool is not None:
-                await self._warm_up(self.pool)
+            # no wait for the pool's children (started before the hello): their start-up
+            # overlaps the first claim's round trip, and what it leases starts as each
+            # child is ready
             await self._claim_loop()
             await self._drain()
             if not self.retired and not self.orphaned:
@@ -193,17 +199,6 @@ class Daemon:
                     await asyncio.to_thread(runner_.close)
             self.executor.shutdown(wait=False, cancel_futures=True)
         return 0
-
-    async def _warm_up(self, pool: Pool) -> None:
-        """Claim once the pool's children (started before the hello) have started up (a
-        child's start-up is ~30 ms of CPU, several at once on a loaded machine take
-        longer): what a claim leases then runs at once instead of waiting, its lease
-        held, for an interpreter to start. Bounded, and a stop signal ends the wait."""
-        warmed = asyncio.create_task(pool.warmed(WARM_UP_S), name="warm-up")
-        stopping = asyncio.create_task(self.stop.wait())
-        await asyncio.wait({warmed, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (warmed, stopping):
-            task.cancel()
 
     async def _bye(self) -> None:
         """Leave: whatever is still held goes back to the queue at once."""
@@ -221,7 +216,8 @@ class Daemon:
             "tags": list(self.config.tags),
             "capabilities": {
                 "max_invocations": self.config.capacity,
-                **({"prefetch": self.config.prefetch} if self.config.prefetch else {}),
+                # the most it may hold ahead (what it holds now is learned: .prefetch)
+                **({"prefetch": self.ahead.declared} if self.ahead.declared else {}),
                 "session": self.session,  # names this process's hello in a crash report
             },
         }
@@ -344,7 +340,7 @@ class Daemon:
 
     def _holds(self) -> int:
         """The most invocations it holds at once: those running and those prefetched."""
-        return self.config.capacity + self.config.prefetch
+        return self.config.capacity + self.ahead.value
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self.running.pop(task.get_name(), None)
@@ -446,9 +442,11 @@ class Daemon:
         # the sentinel knows before the run begins: a UDF that kills the daemon at once
         # is charged its attempt (the rest of what the daemon held is not)
         self.sentinel.begin(invocation_id)
+        began = asyncio.get_running_loop().time()
         try:
             try:
                 outcome = await self._run(invocation)
+                self.ahead.ran(asyncio.get_running_loop().time() - began)
             finally:
                 self.slots.release()  # the run is over: a prefetched invocation starts
                 # now, not once the report's round trip is done
@@ -518,7 +516,6 @@ async def _cancelled(task: asyncio.Task[None], *, every_s: float = 1.0) -> None:
         log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
-WARM_UP_S = 10.0  # the longest a daemon waits for its children before its first claim
 _RECORDED = ("succeeded", "pending", "failed")  # what a report's recorded outcome can be
 _STOP = "stop"  # a claim that gave way to a stop signal, or a server long gone
 
