@@ -18,8 +18,8 @@ days ago. Then, in turn on that same store, a real ``lakeshore server``:
 
 Figures: ``stats``' p50 on the history's queue against the drained queue's with no
 history, and the drain's jobs/s with the history kept against with none (both should be
-flat as history grows); the drain's jobs/s — over the whole drain, and counted over the pruning's span
-only (invocations started while it ran) — and the probe's submit→start p99 (from just
+flat as history grows); the drain's jobs/s — over the whole drain, and counted over the
+pruning's span only (invocations started while it ran) — and the probe's submit→start p99 (from just
 before its submit was sent to its ``started_at``; the drain's own waits are its backlog,
 the same in both runs), with and without pruning; and how long the pruning took (first
 to last deleted row, read from ``/metrics``).
