@@ -125,3 +125,23 @@ async def test_idle_daemons_are_kept_through_a_gap_shorter_than_a_boot(
     assert gone["action"] == "scale_down", gone["reason"]
     assert gone["victim"] == worker
     assert gone["reason"].endswith("1 idle for longer than a boot (~2 min)")
+
+
+async def test_delayed_work_and_schedule_slots_due_within_a_boot_count_as_demand_now(
+    api: httpx.AsyncClient,
+) -> None:
+    await provider(api, launch_ttl_s=600)
+    await queue(api, "later", waiting(max=8, boot_s=120), providerRef="fk")
+    for delay in (30, 60, 90, 600):  # three fall due within a boot, one well after
+        sent = await api.post(
+            f"{NS}/queues/later/invocations", json={"fn": "tests.udfs:noop", "delay_s": delay}
+        )
+        assert sent.status_code == 201, sent.text
+    every = {"name": "often", "fn": "tests.udfs:noop", "every_s": 50}
+    made = await api.post(f"{NS}/queues/later/schedules", json=every)
+    assert made.status_code == 201, made.text
+    decision = (await tick(api))["later"]
+    # nothing is pending yet; 3 delayed and 2 or 3 slots (every 50 s) fall due in 120 s
+    assert decision["before"]["pending"] == 0
+    assert decision["estimates"]["due_soon"] in (5, 6)
+    assert decision["action"] == "scale_up", decision["reason"]

@@ -3,7 +3,8 @@
 No table of its own: service times are the invocations' ``started_at`` → ``finished_at``,
 boot times the launches' ``created_at`` → ``resolved_at`` of those that said hello, the
 arrival rate the invocations' ``created_at``, the delayed work their ``available_at``, and
-a daemon's idleness its last ``finished_at`` (or its hello). The rules that turn these
+a daemon's idleness its last ``finished_at`` (or its hello), and the schedules' slots
+falling due within a boot their ``spec`` and ``last_slot``. The rules that turn these
 into estimates are :mod:`lakeshore.elasticity.estimates`, shared with the simulator.
 
 Read only for the scopes whose policy learns (``wait_target``): a few indexed queries per
@@ -19,6 +20,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import case, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore.domain import schedules as rules
 from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.queue import Queue
 from lakeshore.domain.wait_target import DEFAULT_BOOT_S
@@ -26,7 +28,7 @@ from lakeshore.elasticity import estimates
 from lakeshore.elasticity.snapshot import Key
 from lakeshore.elasticity.units import scope_of
 from lakeshore.store import claimable
-from lakeshore.store.tables import FINISHED, invocations, launches, workers
+from lakeshore.store.tables import FINISHED, invocations, launches, schedules, workers
 
 INV = invocations.c
 L = launches.c
@@ -65,7 +67,8 @@ async def history_of(
         service_s=await _services(conn, ids, now),
         boot_s=boots,
         per_minute=await _per_minute(conn, ids, now),
-        due_soon=await _due_soon(conn, ids, now, boot_s),
+        due_soon=await _due_soon(conn, ids, now, boot_s)
+        + await _slots_soon(conn, ids, now, boot_s),
         idle_for=await _idle_for(conn, fleet, now),
     )
 
@@ -120,6 +123,28 @@ async def _due_soon(conn: AsyncConnection, ids: Sequence[str], now: datetime, bo
         INV.queue_id.in_(ids), claimable.scheduled(now), INV.available_at <= horizon
     )
     return int((await conn.execute(query)).scalar_one())
+
+
+MAX_SLOTS = 1_000  # slots counted per scope: a schedule every millisecond counts as this
+
+
+async def _slots_soon(
+    conn: AsyncConnection, ids: Sequence[str], now: datetime, boot_s: float
+) -> int:
+    """Slots of the scope's enabled schedules falling due within a boot (with ``catch_up:
+    all``, those still owed too): each is an invocation about to be enqueued."""
+    horizon = now + timedelta(seconds=boot_s)
+    query = select(schedules.c.spec, schedules.c.last_slot).where(
+        schedules.c.queue_id.in_(ids), schedules.c.enabled.is_(True)
+    )
+    count = 0
+    for stored, last in (await conn.execute(query)).all():
+        spec = rules.parse({**stored, "enabled": True})
+        slot = rules.upcoming(spec, last, now)
+        while slot is not None and slot <= horizon and count < MAX_SLOTS:
+            count += 1
+            slot = rules.next_slot(spec, slot)
+    return count
 
 
 async def _idle_for(
