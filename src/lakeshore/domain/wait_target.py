@@ -38,6 +38,7 @@ DEFAULT_SERVICE_S: Final = 60.0
 DEFAULT_BOOT_S: Final = 60.0
 NEVER: Final = math.inf
 STEADY_SHARE: Final = 0.4  # of the target: the steady need's p95, with room for noise
+MAX_SLOTS: Final = 100_000  # the steady need's search stops here (Erlang C is O(slots))
 TIMES: Final = "\u00d7"  # the multiplication sign: backlog N (times) service time
 
 
@@ -112,13 +113,18 @@ def steady_need(policy: Policy, d: Demand) -> int:
         # arrivals further apart than a boot, and a boot within the target: a daemon
         # kept warm through each gap costs more than the cold start it saves
         return 0
-    slots = max(1, math.floor(rate * service_s) + 1)
-    ceiling = policy.max
-    while p95_steady(slots, rate, service_s) > wait_s:
-        slots += 1
-        if ceiling is not None and slots > ceiling * per:
-            break
-    return -(-slots // per)
+    top = MAX_SLOTS if policy.max is None else min(MAX_SLOTS, policy.max * per)
+    lo = min(top, max(1, math.floor(rate * service_s) + 1))  # fewer cannot keep up
+    if p95_steady(top, rate, service_s) > wait_s:
+        return -(-top // per)  # even the most is not enough: the most
+    hi = top
+    while lo < hi:  # the p95 wait falls as slots grow: the fewest within the budget
+        mid = (lo + hi) // 2
+        if p95_steady(mid, rate, service_s) <= wait_s:
+            hi = mid
+        else:
+            lo = mid + 1
+    return -(-lo // per)
 
 
 def last_start(
