@@ -13,12 +13,19 @@ Then for each system, on a fresh store (a new PostgreSQL database per peer and f
 Lakeshore on PostgreSQL, a SQLite file for Lakeshore on SQLite), one after the other:
 
 3. drain ``--jobs`` no-op jobs, queued beforehand, with ``--workers`` worker processes,
-   each running up to ``--concurrency`` jobs at once: ``lakeshore daemon run --burst
-   --capacity C`` (talking to a real ``lakeshore server`` over HTTP), ``pgq run ... --mode
-   drain --batch-size C`` and ``procrastinate worker --one-shot --concurrency C`` (each
-   talking to PostgreSQL directly, as their users run them). Timed two ways: from the
-   first job taken (the queued count drops, polled every 10 ms) to the last worker's exit,
-   and from starting the workers to the last exit (start-up included);
+   each running up to ``--concurrency`` jobs at once, twice: **at each system's
+   defaults** — ``lakeshore daemon run --burst --capacity C`` with no other flag (its
+   prefetch learned), ``pgq run ... --mode drain`` at its default ``--batch-size`` 10,
+   ``procrastinate worker --one-shot --concurrency C`` — and **at its documented
+   throughput setting** — Lakeshore with ``--prefetch`` (``--prefetch``, 1,000 by
+   default), PgQueuer with ``--batch-size 100`` (its batch is what it dequeues ahead, as
+   Lakeshore's prefetch), Procrastinate the same (it documents none). PgQueuer's own
+   concurrency is left at its default (it refuses a limit under twice its batch size).
+   Lakeshore's daemons talk to a real
+   ``lakeshore server`` over HTTP, the peers' workers to PostgreSQL directly, as their
+   users run them. The headline is from starting the workers to the last worker's exit
+   (start-up counted for every system, as PgQueuer's own figures count it); beside it the
+   steady rate, from the first job taken (the queued count drops, polled every 10 ms);
 4. submit-to-start latency on one idle worker: ``--latency`` probes, one at a time, each
    from the client's clock just before the enqueue call to the clock read as the function
    body starts (it appends the time to a ledger file); for Lakeshore also
@@ -93,6 +100,10 @@ STAMP_FN = "bench.peers_udf:stamp"
 WARM_MODULE = "bench.peers_warm"
 WARM_FN = f"{WARM_MODULE}:work"
 STARTUP_TIMEOUT_S = 30.0
+# PgQueuer's batch size (jobs dequeued at once, held ahead as Lakeshore's prefetch): its
+# default, and the value its documentation gives for throughput
+PGQ_DEFAULT_BATCH = 10
+PGQ_TUNED_BATCH = 100
 STOP_TIMEOUT_S = 15.0
 PROBE_TIMEOUT_S = 30.0
 PROBE_PAUSE_S = 0.05  # between latency probes, so each finds the worker idle
@@ -327,10 +338,12 @@ def timed_drain(
     what: str,
     server_pid: int | None = None,
     dsn: str | None = None,
+    prefix: str = "",
 ) -> dict[str, float]:
     """Start the workers, wait for all to exit: jobs/s from the first taken and wall, and
     the CPU the workers (with their children), the server and, with ``dsn`` (a
-    PostgreSQL database), the database's backends used, in ms per job."""
+    PostgreSQL database), the database's backends used, in ms per job; each figure's key
+    begins with ``prefix`` (``tuned_``: the throughput setting's drain)."""
     procs: list[subprocess.Popen[bytes]] = []
     own = OwnCpu()
     cpu_before = children_cpu_s()
@@ -362,7 +375,7 @@ def timed_drain(
         own.stopping.set()
         for proc in procs:
             RES.stop(proc)
-    return measured
+    return {prefix + key: value for key, value in measured.items()}
 
 
 # --- ledgers -------------------------------------------------------------------------------
@@ -465,8 +478,16 @@ class Lakeshore:
         return check(self.http.get(f"{NS}/queues/{queue}/stats"), 200)["byState"]  # type: ignore[no-any-return]
 
     def daemon(
-        self, queue: str, name: str, *, burst: bool, extra: tuple[str, ...] = ()
+        self,
+        queue: str,
+        name: str,
+        *,
+        burst: bool,
+        extra: tuple[str, ...] = (),
+        tuned: bool = False,
     ) -> subprocess.Popen[bytes]:
+        """A daemon with no flags but the workload's (``--capacity``, ``--runner``), or
+        ``tuned``: with the recommended ``--prefetch`` as well."""
         env = clean_env(
             LAKESHORE_URL=self.url,
             LAKESHORE_TOKEN=self.token,
@@ -474,7 +495,9 @@ class Lakeshore:
         )
         args = [str(LAKESHORE), "daemon", "run", "--queue", queue]
         args += ["--capacity", str(self.run.opts.concurrency), *extra]
-        args += ["--runner", self.run.opts.runner, "--prefetch", str(self.run.opts.prefetch)]
+        args += ["--runner", self.run.opts.runner]
+        if tuned:
+            args += ["--prefetch", str(self.run.opts.prefetch)]
         if burst:
             args.append("--burst")
         return RES.start(args, self.run.log(name), env)
@@ -509,12 +532,15 @@ def lakeshore_server(db: str, run: Run) -> Iterator[Lakeshore]:
         RES.stop(server)
 
 
-def ls_drain(ls: Lakeshore) -> None:
+def ls_drain(ls: Lakeshore, *, tuned: bool = False) -> None:
     opts = ls.run.opts
-    ls.submit_batches("drain", NOOP_FN, opts.jobs)
+    queue = "drain-tuned" if tuned else "drain"
+    ls.submit_batches(queue, NOOP_FN, opts.jobs)
 
     def start() -> list[subprocess.Popen[bytes]]:
-        procs = [ls.daemon("drain", f"drain-{n}", burst=True) for n in range(opts.workers)]
+        procs = [
+            ls.daemon(queue, f"{queue}-{n}", burst=True, tuned=tuned) for n in range(opts.workers)
+        ]
         if opts.profile_dir:
             profile_start(ls, procs[0])
         return procs
@@ -522,16 +548,17 @@ def ls_drain(ls: Lakeshore) -> None:
     try:
         measured = timed_drain(
             start,
-            lambda: ls.stats("drain")["pending"],
+            lambda: ls.stats(queue)["pending"],
             opts.jobs,
             opts.timeout,
-            "drain",
+            queue,
             server_pid=ls.server.pid,
             dsn=ls.db if ls.db.startswith("postgresql") else None,
+            prefix="tuned_" if tuned else "",
         )
     finally:
         profile_stop(ls)
-    by_state = ls.stats("drain")
+    by_state = ls.stats(queue)
     if by_state["succeeded"] != opts.jobs:
         raise BenchError(f"drain: expected {opts.jobs} succeeded, stats say {by_state}")
     ls.run.results.update(measured)
@@ -604,7 +631,8 @@ def run_lakeshore(system: str, opts: argparse.Namespace) -> dict[str, float]:
         store = database() if system == "lakeshore-postgresql" else nullpath(run)
         with store as db, lakeshore_server(db, run) as ls:
             steps: list[tuple[str, Callable[[], None]]] = [
-                ("drain", lambda: ls_drain(ls)),
+                ("drain, no flags", lambda: ls_drain(ls)),
+                (f"drain, --prefetch {opts.prefetch}", lambda: ls_drain(ls, tuned=True)),
                 ("latency", lambda: ls_latency(ls)),
                 ("warm state", lambda: ls_warm(ls, preload=False)),
                 ("warm state, --preload", lambda: ls_warm(ls, preload=True)),
@@ -724,7 +752,11 @@ class Peer:
     async def probe(self, dsn: str, ledger: Ledger, count: int) -> list[float]:
         raise NotImplementedError
 
-    def worker_args(self, kind: str, concurrency: int, burst: bool) -> list[str]:
+    def worker_args(
+        self, kind: str, concurrency: int, burst: bool, tuned: bool = False
+    ) -> list[str]:
+        """A worker at the peer's defaults, or ``tuned``: at its documented throughput
+        setting (the same where it has none)."""
         raise NotImplementedError
 
     def queued_sql(self) -> str:
@@ -735,6 +767,10 @@ class Peer:
         return kind
 
     async def succeeded(self, dsn: str, kind: str) -> int:
+        raise NotImplementedError
+
+    async def forget(self, dsn: str, kind: str) -> None:
+        """Forget the finished jobs of ``kind``, so that the next drain counts its own."""
         raise NotImplementedError
 
 
@@ -808,9 +844,16 @@ class PgQueuerPeer(Peer):
         finally:
             await connection.close()
 
-    def worker_args(self, kind: str, concurrency: int, burst: bool) -> list[str]:
+    def worker_args(
+        self, kind: str, concurrency: int, burst: bool, tuned: bool = False
+    ) -> list[str]:
+        """``--batch-size`` (jobs dequeued ahead, as Lakeshore's prefetch): its default
+        10, or the 100 its documentation gives for throughput. Its concurrency is left at
+        its default (PgQueuer refuses a ``max_concurrent_tasks`` under twice the batch):
+        its async jobs run as its batches allow."""
         mode = "drain" if burst else "continuous"
-        return [sys.executable, "-m", "bench.peers_pgq", mode, str(concurrency)]
+        batch = PGQ_TUNED_BATCH if tuned else PGQ_DEFAULT_BATCH
+        return [sys.executable, "-m", "bench.peers_pgq", mode, str(batch)]
 
     def queued_sql(self) -> str:
         return "SELECT count(*) FROM pgqueuer WHERE entrypoint = %s AND status = 'queued'"
@@ -825,6 +868,13 @@ class PgQueuerPeer(Peer):
                 return -int(left)
             stats = await q.log_statistics(limit=None)
             return sum(s.count for s in stats if s.entrypoint == kind and s.status == "successful")
+        finally:
+            await connection.close()
+
+    async def forget(self, dsn: str, kind: str) -> None:
+        connection, _ = await self._queries(dsn)
+        try:
+            await connection.execute("DELETE FROM pgqueuer_statistics WHERE entrypoint = $1", kind)
         finally:
             await connection.close()
 
@@ -880,7 +930,10 @@ class ProcrastinatePeer(Peer):
 
                 return await probe_loop(ledger, count, enqueue)
 
-    def worker_args(self, kind: str, concurrency: int, burst: bool) -> list[str]:
+    def worker_args(
+        self, kind: str, concurrency: int, burst: bool, tuned: bool = False
+    ) -> list[str]:
+        # no documented throughput setting beyond the workload's --concurrency: the same
         args = [str(PROCRASTINATE), "--app=bench.peers_procrastinate.app", "worker"]
         args += [f"--queues={self.queues[kind]}", f"--concurrency={concurrency}"]
         return [*args, "--one-shot" if burst else "--wait"]
@@ -898,6 +951,11 @@ class ProcrastinatePeer(Peer):
             row = await cursor.fetchone()
         return int(row[0]) if row else 0
 
+    async def forget(self, dsn: str, kind: str) -> None:
+        sql = "DELETE FROM procrastinate_jobs WHERE queue_name = %s AND status = 'succeeded'"
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            await conn.execute(sql, (self.queues[kind],))
+
 
 @dataclass
 class PeerRun:
@@ -906,11 +964,13 @@ class PeerRun:
     dsn: str
     conns: list[psycopg.Connection[Any]] = field(default_factory=list)
 
-    def workers(self, kind: str, *, burst: bool, count: int) -> list[subprocess.Popen[bytes]]:
+    def workers(
+        self, kind: str, *, burst: bool, count: int, tuned: bool = False
+    ) -> list[subprocess.Popen[bytes]]:
         env = clean_env(
             PEERS_DSN=self.dsn, PEERS_SETUP_LEDGER=str(self.run.workdir / f"{kind}.setups")
         )
-        args = self.peer.worker_args(kind, self.run.opts.concurrency, burst)
+        args = self.peer.worker_args(kind, self.run.opts.concurrency, burst, tuned)
         return [RES.start(args, self.run.log(f"{kind}-{n}"), env) for n in range(count)]
 
     def queued(self, kind: str) -> Callable[[], int]:
@@ -928,19 +988,21 @@ class PeerRun:
         for conn in self.conns:
             conn.close()
 
-    def drain(self) -> None:
+    def drain(self, tuned: bool = False) -> None:
         opts = self.run.opts
         asyncio.run(self.peer.fill(self.dsn, "noop", opts.jobs, opts.batch_size))
         measured = timed_drain(
-            lambda: self.workers("noop", burst=True, count=opts.workers),
+            lambda: self.workers("noop", burst=True, count=opts.workers, tuned=tuned),
             self.queued("noop"),
             opts.jobs,
             opts.timeout,
             f"{self.peer.name} drain",
             dsn=self.dsn,
+            prefix="tuned_" if tuned else "",
         )
         self.expect("noop", opts.jobs)
         self.run.results.update(measured)
+        asyncio.run(self.peer.forget(self.dsn, "noop"))  # the next drain counts its own
 
     def expect(self, kind: str, total: int) -> None:
         done = asyncio.run(self.peer.succeeded(self.dsn, kind))
@@ -979,7 +1041,8 @@ def run_peer(peer: Peer, opts: argparse.Namespace) -> dict[str, float]:
         try:
             asyncio.run(peer.install(dsn))
             steps: list[tuple[str, Callable[[], None]]] = [
-                ("drain", pr.drain),
+                ("drain, defaults", pr.drain),
+                ("drain, throughput setting", lambda: pr.drain(tuned=True)),
                 ("latency", pr.latency),
                 ("warm state", pr.warm),
             ]
@@ -995,12 +1058,21 @@ def run_peer(peer: Peer, opts: argparse.Namespace) -> dict[str, float]:
 ROWS = [
     ("batch", "enqueue, batches of {batch_size} (jobs/s)", "rate"),
     ("single", "enqueue, one call per job (jobs/s)", "rate"),
-    ("drain", "drain {jobs} no-ops, {workers} workers, first taken→done (jobs/s)", "rate"),
-    ("drain_wall", "drain, wall incl. worker start-up (jobs/s)", "rate"),
+    (
+        "drain_wall",
+        "drain {jobs} no-ops, {workers} workers, defaults: started→done (jobs/s)",
+        "rate",
+    ),
+    ("drain", "  the same, steady: first taken→done (jobs/s)", "rate"),
     ("drain_worker_cpu", "drain: CPU of workers + their children (ms/job)", "ms"),
     ("drain_daemon_cpu", "drain: of which the daemons alone, without children (ms/job)", "ms"),
     ("drain_server_cpu", "drain: CPU of the Lakeshore server (ms/job)", "ms"),
     ("drain_pg_cpu", "drain: CPU of PostgreSQL's backends (ms/job)", "ms"),
+    ("tuned_drain_wall", "drain, throughput setting: started→done (jobs/s)", "rate"),
+    ("tuned_drain", "  the same, steady: first taken→done (jobs/s)", "rate"),
+    ("tuned_drain_worker_cpu", "  tuned drain: CPU of workers + children (ms/job)", "ms"),
+    ("tuned_drain_server_cpu", "  tuned drain: CPU of the Lakeshore server (ms/job)", "ms"),
+    ("tuned_drain_pg_cpu", "  tuned drain: CPU of PostgreSQL's backends (ms/job)", "ms"),
     ("lat_p50", "submit→start p50, call→body, idle worker (ms)", "ms"),
     ("lat_p99", "submit→start p99, call→body, idle worker (ms)", "ms"),
     ("store_p50", "submit→start p50, store's created→started (ms)", "ms"),
@@ -1148,7 +1220,8 @@ def medians(runs: list[dict[str, float]]) -> dict[str, float]:
 TARGETS = (
     ("single", "single submit"),
     ("batch", "batch submit"),
-    ("drain", "drain"),
+    ("drain_wall", "drain, defaults"),
+    ("tuned_drain_wall", "drain, tuned"),
     ("lat_p50", "p50"),
 )
 

@@ -1,7 +1,10 @@
-"""The PgQueuer worker of ``bench/peers.py``: ``python -m bench.peers_pgq MODE BATCH_SIZE``.
+"""The PgQueuer worker of ``bench/peers.py``:
+``python -m bench.peers_pgq MODE BATCH_SIZE``.
 
 It runs ``pgqueuer.run(create, mode=..., batch_size=...)``, what ``pgq run
-bench.peers_pgq:create --mode MODE --batch-size N`` does, on uvloop as ``pgq run`` does
+bench.peers_pgq:create --mode MODE --batch-size N`` does (``max_concurrent_tasks`` left
+at its default, no limit: PgQueuer refuses one under twice the batch size), on uvloop as
+``pgq run`` does
 (``pgq run`` itself fails at start in this environment: its ``--log-level`` parser hands
 the logging set-up a string where it expects an enum).
 
