@@ -63,16 +63,9 @@ async def complete(
     conn: AsyncConnection, invocation_id: str, worker_id: str, result: Any, now: datetime
 ) -> RowMapping | None:
     """Succeed an invocation the worker still holds: the row as it is now, or None
-    (nothing changed) when the worker does not hold it."""
-    done = await conn.execute(
-        update(invocations)
-        .where(_held(invocation_id, worker_id))
-        .values(
-            state="succeeded", result=result, error=None, finished_at=now, lease_expires_at=None
-        )
-        .returning(*invocations.c)
-    )
-    return done.mappings().first()
+    (nothing changed) when the worker does not hold it. A report of one (:func:`report`:
+    the one way an outcome is recorded)."""
+    return await _reported(conn, worker_id, Report(invocation_id, result=result), now)
 
 
 async def fail(
@@ -85,24 +78,18 @@ async def fail(
     now: datetime,
 ) -> RowMapping | None:
     """Record a failed attempt of an invocation the worker holds: back to pending after a
-    backoff, or failed for good. None (nothing changed) if the worker no longer holds it."""
-    query = select(C.attempts, C.max_attempts).where(_held(invocation_id, worker_id))
-    if _is_pg(conn):
-        query = query.with_for_update()
-    row = (await conn.execute(query)).first()
-    if row is None:
+    backoff, or failed for good. None (nothing changed) if the worker no longer holds it.
+    A report of one (:func:`report`)."""
+    return await _reported(conn, worker_id, Report(invocation_id, error=error, retry=retry), now)
+
+
+async def _reported(
+    conn: AsyncConnection, worker_id: str, outcome: Report, now: datetime
+) -> RowMapping | None:
+    if outcome.invocation_id not in await report(conn, worker_id, [outcome], now):
         return None
-    attempts, max_attempts = row
-    state = after_failure(attempts, max_attempts, retry=retry)
-    values: dict[str, Any] = {"state": state, "error": error, "lease_expires_at": None}
-    if state == "pending":
-        values.update(
-            worker_id=None, available_at=now + timedelta(seconds=retry_backoff_s(attempts))
-        )
-    else:
-        values["finished_at"] = now
-    stmt = update(invocations).where(_held(invocation_id, worker_id)).values(values)
-    return (await conn.execute(stmt.returning(*invocations.c))).mappings().one()
+    row = await conn.execute(select(invocations).where(C.id == outcome.invocation_id))
+    return row.mappings().one()
 
 
 async def report(
