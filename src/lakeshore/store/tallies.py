@@ -61,6 +61,25 @@ def _counts(indexed_by: str) -> TextClause:
 _COUNTS = {"postgresql": _counts(""), "sqlite": _counts(f"INDEXED BY {_FINISHED_INDEX}")}
 
 
+def _finished_since(indexed_by: str) -> TextClause:
+    return text(
+        f"""
+        SELECT state, count(*) FROM invocations {indexed_by}
+        WHERE queue_id = :queue_id AND {FINISHED}
+          AND finished_at > :after AND finished_at <= :upto
+        GROUP BY state
+        """
+    ).bindparams(
+        bindparam("after", type_=C.finished_at.type), bindparam("upto", type_=C.finished_at.type)
+    )
+
+
+_FINISHED_SINCE = {
+    "postgresql": _finished_since(""),
+    "sqlite": _finished_since(f"INDEXED BY {_FINISHED_INDEX}"),
+}
+
+
 async def counts(conn: AsyncConnection, queue_id: str) -> dict[str, int]:
     """The queue's invocations by state (states with none are absent): every row it has,
     however many finished, read as one snapshot."""
@@ -87,14 +106,9 @@ async def roll_up(conn: AsyncConnection, queue_id: str, upto: datetime) -> datet
     ).scalar_one()
     if upto <= until:
         return until
-    query = (
-        select(C.state, text("count(*)"))
-        .where(C.queue_id == queue_id, text(FINISHED), C.finished_at > until)
-        .where(C.finished_at <= upto)
-        .group_by(C.state)
-        .with_hint(invocations, f"INDEXED BY {_FINISHED_INDEX}", "sqlite")
-    )
-    added = {state: int(n) for state, n in (await conn.execute(query)).all()}
+    params = {"queue_id": queue_id, "after": until, "upto": upto}
+    query = _FINISHED_SINCE[conn.dialect.name]
+    added = {state: int(n) for state, n in (await conn.execute(query, params)).all()}
     await conn.execute(
         update(finished_tallies)
         .where(T.queue_id == queue_id)
