@@ -80,7 +80,7 @@ def test_with_no_history_it_reads_its_hints_and_the_defaults_and_bursts() -> Non
     assert step.action == "scale_up"
     assert step.launch is not None and step.launch.count == step.decision.count > 1
     assert step.decision.reason.startswith(f"launch {step.decision.count}: backlog 100 ")
-    assert "would start its last in never" in step.decision.reason
+    assert "with 0 daemons would never start its last; " in step.decision.reason
     assert est["p95_wait_s_without"] is None  # no fleet: the backlog never starts
     assert est["p95_wait_s_with"] is not None
 

@@ -290,6 +290,16 @@ def _round(value: float) -> float | None:
     return None if value == NEVER else round(value, 1)
 
 
+def _starts(would: str, seconds: float) -> str:
+    if seconds == NEVER:
+        return f"{would} never start its last"
+    return (
+        f"{would} start its last in {_fmt_s(seconds)}"
+        if would
+        else f" start it within {_fmt_s(seconds)}"
+    )
+
+
 def _story(policy: Policy, s: Signals, d: Demand, look: _Look, n: int, after: int) -> str:
     """The decision in words: ``backlog 180 (times) 45 s with 2 daemons would start its
     last in 68 min; 8 daemons, booting in ~2 min, start it within 4 min``."""
@@ -300,13 +310,10 @@ def _story(policy: Policy, s: Signals, d: Demand, look: _Look, n: int, after: in
             f"backlog {look.backlog} {TIMES} {_fmt_s(service)} with {s.daemon_count} "
             f"daemon{'s' if s.daemon_count != 1 else ''}"
             + (f" (+{s.in_flight} booting)" if s.in_flight else "")
-            + f" would start its last in {_fmt_s(look.now_s)}"
+            + _starts(" would", look.now_s)
         )
         if n:
-            parts.append(
-                f"{after} daemons, booting in ~{_fmt_s(boot)}, "
-                f"start it within {_fmt_s(look.then_s)}"
-            )
+            parts.append(f"{after} daemons, booting in ~{_fmt_s(boot)},{_starts('', look.then_s)}")
     parts.append(
         f"arrivals {d.arrivals.value * 60:.2f}/min need {look.steady} for p95 ≤ "
         f"{_fmt_s(policy.wait_s or 0)}"
