@@ -14,11 +14,10 @@ so the next tick neither launches twice nor picks the same victim).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +31,7 @@ from lakeshore.services import scalers
 from lakeshore.services.fleet_ops import FleetOps, Launched, LaunchSpec, Prepared, Retired
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
+from lakeshore.services.outcomes import Outcome, as_json, noop_outcomes
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import launches as launch_store
 from lakeshore.store.engine import Store
@@ -103,7 +103,7 @@ class Controller:
         async with self._lock:
             began = time.perf_counter()
             outcomes = await self._tick(led, budget_s)
-            decisions = await asyncio.to_thread(_as_json, outcomes)  # 10,000 dicts: off the loop
+            decisions = await asyncio.to_thread(as_json, outcomes)  # 10,000 dicts: off the loop
             if self.metrics is not None:
                 self.metrics.tick_seconds.observe(time.perf_counter() - began)
                 self.metrics.count_decisions(decisions)
@@ -117,7 +117,7 @@ class Controller:
         a scope the last tick left at zero, so scale-from-zero does not wait for the next
         tick; each such scope is nudged at most once until the next full tick."""
         async with self._lock:
-            decisions = _as_json(await self._tick(led, budget_s, only=scopes))
+            decisions = as_json(await self._tick(led, budget_s, only=scopes))
             if self.metrics is not None:
                 self.metrics.count_decisions(decisions)
             return decisions
@@ -174,7 +174,7 @@ class Controller:
             wanted = {(s.unit.namespace_id, s.launch.provider) for s in steps if s.launch}
             wanted |= {(launch["namespace_id"], launch["provider_name"]) for launch in expired}
             registrations = await ctl_store.registrations(conn, wanted)
-        outcomes = await asyncio.to_thread(_noop_outcomes, steps)
+        outcomes = await asyncio.to_thread(noop_outcomes, steps)
         # a launch or a kill: first what the store must know before this tick ends (the
         # launch in flight, the victim retiring), then the provider calls, as tasks
         jobs, launching = await self._prepare(steps, outcomes, registrations)
@@ -485,81 +485,3 @@ class Controller:
             else:
                 fresh.append(outcome)
         return folding, fresh
-
-
-def _noop_outcomes(steps: Sequence[plan.Step]) -> list[Outcome | None]:
-    """The outcome of each step with nothing to carry out (``None`` for the others)."""
-    return [None if s.launch or s.victim else Outcome(s, s.before()) for s in steps]
-
-
-def _as_json(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
-    return [outcome.to_json() for outcome in outcomes]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A step carried out: the step as it ended (downgraded if it could not act), the
-    signals after it, and what it acted on (provider and launch id, or victim)."""
-
-    step: plan.Step
-    after: dict[str, Any]
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        unit, decision = self.step.unit, self.step.decision
-        return {
-            "namespace": unit.namespace,
-            "queueName": unit.scope,  # the spec's name: a queue's, or "pool:<name>"
-            "scope": unit.scope,  # the same, as earlier servers named it
-            "action": decision.action,
-            "reason": decision.reason,
-            "rule": decision.rule,
-            "before": self.step.before(),
-            "after": self.after,
-            "hint": decision.hint,
-            **({"count": decision.count} if decision.count != 1 else {}),
-            **({"estimates": plan.estimates_json(self.step)} if decision.estimates else {}),
-            **self.detail,
-        }
-
-    @functools.cached_property
-    def mark(self) -> tuple[Any, ...] | None:
-        """What makes two no-ops of one scope the same decision (``None``: not a no-op,
-        never folded): everything its audit row says but the time."""
-        if self.step.action != "tick_noop":
-            return None
-        d, s = self.step.decision, self.step.signals
-        return (
-            d.reason,
-            d.rule,
-            d.target,
-            d.blocked_by,
-            d.hint,
-            d.counters,
-            (s.daemon_count, round(s.utilization, 4), s.pending, s.in_flight),
-            repr(sorted(self.after.items())),
-            repr(sorted(self.detail.items())),
-        )
-
-    def row(self, now: datetime) -> dict[str, Any]:
-        """The audit row (``elasticity_events``) of this outcome."""
-        unit, decision = self.step.unit, self.step.decision
-        return {
-            "namespace_id": unit.namespace_id,
-            "queue_name": unit.scope,
-            "action": decision.action,
-            "reason": decision.reason,
-            "before": self.step.before(),
-            "after": self.after,
-            "signals": {
-                "rule": decision.rule,
-                "target": decision.target,
-                "blocked_by": decision.blocked_by,
-                "hint": decision.hint,
-                "counters": {"above": decision.counters.above, "below": decision.counters.below},
-                **({"count": decision.count} if decision.count != 1 else {}),
-                **({"estimates": plan.estimates_json(self.step)} if decision.estimates else {}),
-                **self.detail,
-            },
-            "created_at": now,
-        }
