@@ -146,3 +146,27 @@ def test_a_queue_s_own_history_is_replayed_from_the_server(
     missing = cli.run("simulate", "--from-server", "-q", "no-such-queue", "--json")
     assert missing.returncode == 1 and "not found" in missing.stderr, missing
     assert "Traceback" not in json.dumps(missing.stderr)
+
+
+def test_a_wait_target_is_played_and_every_policy_scored_against_hindsight(
+    offline_cli: Cli, tmp_path: Path
+) -> None:
+    path = tmp_path / "wait.yaml"
+    path.write_text(
+        POLICIES + "  - name: wait\n    elasticity: {kind: wait_target, wait_s: 300, max: 8}\n"
+    )
+    args = ["simulate", "-f", str(path), *DAY, "--boot", "uniform:60,180", "--target-wait", "5m"]
+    found = offline_cli.run(*args, "--json").json()
+    target = found["target"]
+    assert target["targetWaitS"] == 300.0
+    assert len(target["hindsight"]["fleetPerHour"]) == 12
+    assert target["hindsight"]["daemonHours"] > 0
+    scores = target["policies"]
+    assert len(scores) == len(found["policies"]) == 4
+    assert all(0 <= s["windowsMet"] <= 1 and s["overHindsight"] >= 0 for s in scores)
+    assert scores[2]["overHindsight"] == 0  # fixed: no daemon, nothing started
+    wait = found["policies"][3]
+    assert wait["kind"] == "wait_target" and wait["launches"] > 0
+    shown = offline_cli.run(*args)
+    assert "5-min windows" in shown.stdout
+    assert "hindsight baseline" in shown.stdout + shown.stderr

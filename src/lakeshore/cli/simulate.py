@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from math import inf
 from pathlib import Path
 from typing import Any, Final
 
@@ -207,7 +208,10 @@ def _table(reports: list[Report], workload: Workload, against: Against | None = 
         out.add_row(
             "… where hindsight met it", *(f"{s.met_where_baseline_met:.1%}" for s in scores)
         )
-        out.add_row("daemon-hours / hindsight", *(f"{s.over_floor:.2f}x" for s in scores))
+        out.add_row(
+            "daemon-hours / hindsight",
+            *(f"{s.over_floor:.2f}x" if s.over_floor != inf else "-" for s in scores),
+        )
     output.console.print(out)
 
 
@@ -367,7 +371,7 @@ class Against:
                 {
                     "windowsMet": round(s.windows_met, 4),
                     "metWhereHindsightMet": round(s.met_where_baseline_met, 4),
-                    "overHindsight": round(s.over_floor, 4),
+                    "overHindsight": round(s.over_floor, 4) if s.over_floor != inf else None,
                 }
                 for s in self.scores
             ],
