@@ -314,10 +314,17 @@ def _story(policy: Policy, s: Signals, d: Demand, look: _Look, n: int, after: in
         )
         if n:
             parts.append(f"{after} daemons, booting in ~{_fmt_s(boot)},{_starts('', look.then_s)}")
-    parts.append(
-        f"arrivals {d.arrivals.value * 60:.2f}/min need {look.steady} for p95 ≤ "
-        f"{_fmt_s(policy.wait_s or 0)}"
-    )
+    target = _fmt_s(policy.wait_s or 0)
+    if look.backlog or n or after != s.daemon_count + s.in_flight:
+        parts.append(
+            f"arrivals {d.arrivals.value * 60:.2f}/min need {look.steady} for p95 ≤ {target}"
+        )
+    else:  # a steady fleet: only what its decision turns on, so a run of them folds
+        parts.append(
+            f"{s.daemon_count} daemon{'s' if s.daemon_count != 1 else ''}"
+            + (f" (+{s.in_flight} booting)" if s.in_flight else "")
+            + f", steady need {look.steady} for p95 ≤ {target}"
+        )
     return "; ".join(parts)
 
 
