@@ -145,3 +145,20 @@ async def test_delayed_work_and_schedule_slots_due_within_a_boot_count_as_demand
     assert decision["before"]["pending"] == 0
     assert decision["estimates"]["due_soon"] in (5, 6)
     assert decision["action"] == "scale_up", decision["reason"]
+
+
+async def test_a_new_template_learns_its_boot_time_afresh(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await provider(api, launch_ttl_s=600)
+    await queue(api, "tpl", waiting(max=1, boot_s=30), providerRef="fk")
+    await submit_many(api, "tpl", 3)
+    launch_id = (await tick(api))["tpl"]["launch_id"]
+    clock.advance(90)
+    await hello(api, ["tpl"], capacity=1, launch_id=launch_id)
+    learned = (await tick(api))["tpl"]["estimates"]["boot_s"]
+    assert (learned["value"], learned["source"]) == (90.0, "learned")
+    bigger = {"daemonTemplate": {"instance_type": "p5.48xlarge"}}
+    assert (await api.patch(f"{NS}/queues/tpl", json=bigger)).status_code == 200
+    afresh = (await tick(api))["tpl"]["estimates"]["boot_s"]
+    assert (afresh["value"], afresh["source"]) == (30.0, "hint")  # its own boots: none yet

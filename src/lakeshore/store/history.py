@@ -13,13 +13,17 @@ such scope, each bounded (the latest 500 finishes, 20 launches, 20 minutes of su
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import case, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lakeshore.domain import fleet
 from lakeshore.domain import schedules as rules
 from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.queue import Queue
@@ -32,6 +36,7 @@ from lakeshore.store.tables import FINISHED, invocations, launches, schedules, w
 
 INV = invocations.c
 L = launches.c
+BOOTS_READ = 4 * estimates.BOOT_SAMPLES  # launches read to find the latest of one template
 
 
 def learning(queues: Sequence[tuple[str, Queue]]) -> dict[Key, list[Queue]]:
@@ -56,7 +61,7 @@ async def history_of(
 ) -> estimates.History:
     """One scope's recent history (``fleet``: its workers, to time their idleness)."""
     ids = [q.id for q in members]
-    boots = await _boots(conn, key)
+    boots = await _boots(conn, key, members)
     policy = members[0].spec.elasticity
     boot_s = (
         sum(boots) / len(boots)
@@ -86,17 +91,36 @@ async def _services(conn: AsyncConnection, ids: Sequence[str], now: datetime) ->
     return [max(0.0, (done - began).total_seconds()) for began, done in rows]
 
 
-async def _boots(conn: AsyncConnection, key: Key) -> list[float]:
+def _template_of(members: Sequence[Queue]) -> tuple[str | None, dict[str, Any]]:
+    """The provider the scope launches through and what it asks for (its launch body,
+    the queues joined left out: they differ between scopes, not between boots)."""
+    source = next((q for q in members if fleet.provider_name(q.spec)), members[0])
+    body = fleet.launch_body(source.spec.daemon_template, ())
+    return fleet.provider_name(source.spec), _comparable(dataclasses.asdict(body))
+
+
+def _comparable(body: Any) -> dict[str, Any]:
+    plain = json.loads(json.dumps(body)) if body else {}
+    return {k: v for k, v in plain.items() if k != "queues"} if isinstance(plain, dict) else {}
+
+
+async def _boots(conn: AsyncConnection, key: Key, members: Sequence[Queue]) -> list[float]:
+    """Request → hello of the scope's latest launches through its provider, from its
+    template (a launch of another provider or template boots in its own time)."""
     namespace_id, scope = key
+    provider, template = _template_of(members)
     query = (
-        select(L.created_at, L.resolved_at)
+        select(L.created_at, L.resolved_at, L.body)
         .where(L.namespace_id == namespace_id, L.scope == scope, L.state == "succeeded")
-        .where(L.resolved_at.is_not(None))
+        .where(L.resolved_at.is_not(None), L.provider_name == (provider or ""))
         .order_by(L.created_at.desc())
-        .limit(estimates.BOOT_SAMPLES)
+        .limit(BOOTS_READ)
     )
     rows = (await conn.execute(query)).all()
-    return [max(0.0, (hello - asked).total_seconds()) for asked, hello in rows]
+    same = [(asked, hello) for asked, hello, body in rows if _comparable(body) == template]
+    return [
+        max(0.0, (hello - asked).total_seconds()) for asked, hello in same[: estimates.BOOT_SAMPLES]
+    ]
 
 
 async def _per_minute(conn: AsyncConnection, ids: Sequence[str], now: datetime) -> list[int]:
