@@ -22,7 +22,7 @@ from lakeshore.config import Settings
 from lakeshore.domain.retention import Deleted
 from lakeshore.services import retention
 from lakeshore.store import retention as retention_store
-from lakeshore.store.leadership import Leadership, Led, Solo
+from lakeshore.store.leadership import Always, Duty
 from lakeshore.store.tables import elasticity_events, invocations, namespaces, stream_items
 from tests.conftest import ADMIN, FakeClock
 from tests.integration.test_api_workers import claim, hello, submit
@@ -265,20 +265,20 @@ async def test_the_sweep_reads_finished_rows_through_their_partial_index(
 
 
 class Following:
-    """A replica that does not lead the cluster (another holds the lock)."""
+    """A replica that does not do the cluster's housekeeping (another holds its lock)."""
 
-    leads_cluster = False
+    leading = False
 
-    async def try_lead(self) -> Led:
-        return Led(unpinned=False, pinned=True)
+    async def try_lead(self) -> bool:
+        return False
 
     async def release(self) -> None:
         return None
 
 
-@pytest.mark.parametrize(("leadership", "kept"), [(Following(), True), (Solo(), False)])
-async def test_the_loop_sweeps_only_where_the_server_leads(
-    served: Served, clock: FakeClock, leadership: Leadership, kept: bool
+@pytest.mark.parametrize(("duty", "kept"), [(Following(), True), (Always(), False)])
+async def test_the_loop_sweeps_only_where_the_server_does_the_housekeeping(
+    served: Served, clock: FakeClock, duty: Duty, kept: bool
 ) -> None:
     api, state = served
     await queue(api, "led")
@@ -293,7 +293,7 @@ async def test_the_loop_sweeps_only_where_the_server_leads(
 
     with pytest.raises(asyncio.CancelledError):
         await retention.run_forever(
-            state.store, leadership, clock, 60.0, WINDOWS, state.metrics, sleep=three_sweeps
+            state.store, duty, clock, 60.0, WINDOWS, state.metrics, sleep=three_sweeps
         )
 
     assert sleeps == [60.0] * 4

@@ -46,7 +46,7 @@ from lakeshore.api.ui import pages as ui_pages
 from lakeshore.api.ui.session import Sessions
 from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
-from lakeshore.services import auth, elasticity_loop, reaper, retention
+from lakeshore.services import auth, elasticity_loop, leading, reaper, retention
 from lakeshore.services import local_fleet as local_fleet_service
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
@@ -59,7 +59,7 @@ from lakeshore.services.overview import Overview
 from lakeshore.store import dbclock, wakeups
 from lakeshore.store.dbclock import ServerClock
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
-from lakeshore.store.leadership import Leadership, Replicas, Solo
+from lakeshore.store.leadership import Duty, Leadership, Replicas, Solo, housekeeping
 
 log = logging.getLogger("lakeshore.server")
 LISTENER_START_S = 5.0
@@ -106,10 +106,10 @@ async def _reap_forever(
 
 
 def _start_retention(
-    settings: Settings, store: Store, leadership: Leadership, clock: Clock, metrics: Metrics
+    settings: Settings, store: Store, duty: Duty, clock: Clock, metrics: Metrics
 ) -> list[tuple[asyncio.Task[None], asyncio.Lock | None]]:
-    """The retention sweep's loop (it deletes only where this server leads) with its lock,
-    unless its interval is 0."""
+    """The retention sweep's loop (it deletes only where this server does the cluster's
+    housekeeping) with its lock, unless its interval is 0."""
     if settings.retention_interval_s <= 0:
         return []
     deleting = asyncio.Lock()
@@ -120,7 +120,7 @@ def _start_retention(
     )
     pruning = retention.run_forever(
         store,
-        leadership,
+        duty,
         clock,
         settings.retention_interval_s,
         windows,
@@ -310,19 +310,23 @@ def create_app(
                 working=sweeping,
             )
             tasks.append((asyncio.create_task(reaping, name="lakeshore-reaper"), sweeping))
-        tasks.extend(_start_retention(settings, store, leadership, server_clock, metrics))
+        duty = housekeeping(url)
+        tasks.extend(_start_retention(settings, store, duty, server_clock, metrics))
         if settings.elasticity_enabled:
             ticking = asyncio.Lock()
             controlling = elasticity_loop.run_forever(
                 controller, leadership, settings.elasticity_interval_s, working=ticking
             )
             tasks.append((asyncio.create_task(controlling, name="lakeshore-controller"), ticking))
-            # the leader enqueues the schedules' due slots, under the same leadership
-            scheduling = asyncio.Lock()
-            enqueuing = schedule_service.run_forever(
-                store, notifier, leadership, server_clock, working=scheduling
-            )
-            tasks.append((asyncio.create_task(enqueuing, name="lakeshore-schedules"), scheduling))
+        # the cluster's housekeeping (one server at a time, elasticity on or off): the
+        # schedules' due slots, the retention sweep
+        looking = leading.run_forever(duty, settings.elasticity_interval_s)
+        tasks.append((asyncio.create_task(looking, name="lakeshore-housekeeping"), None))
+        scheduling = asyncio.Lock()
+        enqueuing = schedule_service.run_forever(
+            store, notifier, duty, server_clock, working=scheduling
+        )
+        tasks.append((asyncio.create_task(enqueuing, name="lakeshore-schedules"), scheduling))
         fleet = _LocalFleet(store, server_clock, tasks) if local_fleet else None
         if fleet is not None:
             app.state.lakeshore.before_stop = fleet.stop
@@ -331,6 +335,7 @@ def create_app(
         finally:
             await _stop_loops(tasks)  # stopped already where a local fleet was
             await leadership.release()
+            await duty.release()
             await controller.close()
             await overview.close()
             if fleet is not None:  # none left when it was stopped while the server answered

@@ -9,9 +9,10 @@ for one short batch, never for the backlog; a
 backlog larger than a sweep's batches is finished by the next sweeps. A failed batch is
 logged and the sweep goes on with the next queue or kind.
 
-The loop sweeps only where this server leads the cluster (the PostgreSQL advisory lock of
-:mod:`lakeshore.store.leadership`, or the only server on SQLite), so replicas never
-delete the same rows twice over. It also holds the one home of event pruning: the
+The loop sweeps only where this server does the cluster's housekeeping (a PostgreSQL
+advisory lock of its own, :func:`lakeshore.store.leadership.housekeeping`, or the only
+server on SQLite), so replicas never delete the same rows twice over. It reads the lead;
+:mod:`.leading`'s loop takes it. It also holds the one home of event pruning: the
 controller writes decision events, this sweep deletes them.
 """
 
@@ -28,7 +29,7 @@ from lakeshore.services.metrics import Metrics
 from lakeshore.store import retention as retention_store
 from lakeshore.store import tallies
 from lakeshore.store.engine import Store
-from lakeshore.store.leadership import Leadership
+from lakeshore.store.leadership import Duty
 
 log = logging.getLogger("lakeshore.retention")
 
@@ -137,7 +138,7 @@ async def _batches(
 
 async def run_forever(
     store: Store,
-    leadership: Leadership,
+    duty: Duty,
     clock: Clock,
     interval_s: float,
     windows: Windows,
@@ -146,7 +147,8 @@ async def run_forever(
     working: asyncio.Lock | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
-    """Sweep every ``interval_s`` while this server leads the cluster, until cancelled.
+    """Sweep every ``interval_s`` while this server does the cluster's housekeeping
+    (``duty``), until cancelled.
     ``working`` is held through each sweep (see ``lakeshore.api.app``); ``sleep`` waits
     between sweeps (tests give one that takes no time)."""
     working = working or asyncio.Lock()
@@ -154,7 +156,7 @@ async def run_forever(
         await sleep(interval_s)
         try:
             async with working:
-                if not (await leadership.try_lead()).unpinned:
+                if not duty.leading:  # taken by .leading's loop
                     continue
                 deleted = await sweep(store, clock(), windows, metrics)
         except Exception:

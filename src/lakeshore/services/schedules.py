@@ -34,7 +34,7 @@ from lakeshore.services.notify import Notifier
 from lakeshore.store import queues as queue_store
 from lakeshore.store import schedules as schedule_store
 from lakeshore.store.engine import Store
-from lakeshore.store.leadership import Leadership
+from lakeshore.store.leadership import Duty
 
 log = logging.getLogger("lakeshore.schedules")
 
@@ -303,18 +303,20 @@ async def _enqueue_one(
 async def run_forever(
     store: Store,
     notifier: Notifier,
-    leadership: Leadership,
+    duty: Duty,
     clock: Callable[[], datetime],
     *,
     interval_s: float = TICK_S,
     working: asyncio.Lock | None = None,
 ) -> None:
-    """Every ``interval_s``, while this server leads the cluster, enqueue the due slots.
+    """Every ``interval_s``, while this server does the cluster's housekeeping, enqueue
+    the due slots.
     ``working`` is held through each step (the server stops the loop between two).
 
-    Leadership is taken (and checked) by the controller's loop, every elasticity
-    interval; this loop only reads it. Trying for the lock here too would open a
-    connection to PostgreSQL every second on every replica that does not lead. A leader
+    The lead (``duty``: the cluster's housekeeping) is taken and checked by
+    :mod:`.leading`'s loop, every elasticity interval; this loop only reads it. Trying
+    for the lock here too would open a connection to PostgreSQL every second on every
+    replica that does not lead. A leader
     that lost its lock without knowing it yet may step once more beside the new one: the
     slots' keys make that harmless."""
     working = working or asyncio.Lock()
@@ -322,7 +324,7 @@ async def run_forever(
     while True:
         try:
             async with working:
-                if leadership.leads_cluster:
+                if duty.leading:
                     for outcome in await enqueue_due(store, notifier, clock(), limiter=limiter):
                         _log(outcome)
         except Exception:

@@ -34,6 +34,11 @@ from lakeshore.store.driver import conninfo
 log = logging.getLogger("lakeshore.leadership")
 
 LOCK_KEY: Final = 0x1A4E5_0002  # pg_advisory_lock key of the controller
+# the key of the cluster's housekeeping (the schedules' slots, the retention sweep): any
+# server takes it, elasticity on or off, apart from the controller's, which only a server
+# running the controller's loop may hold (a replica that serves the API only must not
+# keep the controller from the others)
+HOUSEKEEPING_KEY: Final = 0x1A4E5_0003
 DEAD_PEER_S: Final = 15  # a silent peer of the lock's connection is dropped after this
 
 # keep-alive probes after 5 s idle, every 2 s, 5 unanswered: the peer is dead by ~15 s
@@ -74,6 +79,41 @@ class Leadership(Protocol):
         ...
 
     async def release(self) -> None: ...
+
+
+class Duty(Protocol):
+    """One duty of the cluster that one server does at a time (:data:`HOUSEKEEPING_KEY`)."""
+
+    async def try_lead(self) -> bool: ...
+
+    @property
+    def leading(self) -> bool:
+        """Whether this server held it at its last :meth:`try_lead`."""
+        ...
+
+    async def release(self) -> None: ...
+
+
+class Always:
+    """The duty of the only server there is (SQLite)."""
+
+    async def try_lead(self) -> bool:
+        return True
+
+    @property
+    def leading(self) -> bool:
+        return True
+
+    async def release(self) -> None:
+        return None
+
+
+def housekeeping(url: URL) -> Duty:
+    """The cluster's housekeeping (schedules, retention): an advisory lock of its own on
+    PostgreSQL, always this server's on SQLite."""
+    if url.get_backend_name() != "postgresql":
+        return Always()
+    return AdvisoryLock(url, HOUSEKEEPING_KEY, "the schedules and the retention sweep")
 
 
 class Solo:
@@ -162,6 +202,9 @@ class AdvisoryLock:
         except (psycopg.Error, OSError):
             await conn.close()
             return False
+        except asyncio.CancelledError:  # the server is stopping: no connection left open
+            await conn.close()
+            raise
         if row is None or not row[0]:
             await conn.close()
             return False
