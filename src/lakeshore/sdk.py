@@ -35,7 +35,7 @@ from urllib.parse import quote, urlencode
 import httpx
 from httpx_sse import SSEError, connect_sse
 
-from lakeshore import jsontext
+from lakeshore import jsontext, refusals
 from lakeshore.connections import Connections
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
 
@@ -312,12 +312,8 @@ def _delay(delay_s: float | None, not_before: datetime | None) -> dict[str, Any]
 
 def _raise(status: int, data: bytes) -> None:
     """The server's refusal as :class:`LakeshoreClientError`."""
-    try:
-        error = jsontext.parsed(data)["error"]
-        code, message = error["code"], error["message"]
-    except (ValueError, KeyError, TypeError):
-        code, message = "http_error", data[:200].decode("utf-8", "replace")
-    raise LakeshoreClientError(status, code, message)
+    refusal = refusals.read(status, data)
+    raise LakeshoreClientError(status, refusal.code, refusal.message)
 
 
 def _outcome(info: dict[str, Any]) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from httpx_sse import SSEError, connect_sse
 
-from lakeshore import jsontext
+from lakeshore import jsontext, refusals
 
 _JSON = {"Content-Type": "application/json"}
 
@@ -104,12 +104,8 @@ class ApiClient:
 
 
 def _refusal(response: httpx.Response) -> str:
-    try:
-        error = jsontext.parsed(response.content)["error"]
-        message = str(error["message"])
-    except (ValueError, KeyError, TypeError):
-        return f"server answered {response.status_code}: {response.text[:200]}"
-    hint = ""
-    if response.status_code == 401:
-        hint = " (set --token / LAKESHORE_TOKEN)"
-    return f"{message}{hint} [{response.status_code} {error.get('code', '')}]"
+    refusal = refusals.read(response.status_code, response.content)
+    if not refusal.enveloped:
+        return str(refusal)
+    hint = " (set --token / LAKESHORE_TOKEN)" if refusal.status == 401 else ""
+    return f"{refusal.message}{hint} [{refusal.status} {refusal.code}]"

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import orjson
 
-from lakeshore import jsontext, logs
+from lakeshore import jsontext, logs, refusals
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -191,10 +191,7 @@ def _refusal(response: httpx.Response | None) -> Answer:
     """What a whole batch refused (or never answered) means for each of its items."""
     if response is None:
         return Answer(UNDELIVERED)
-    try:
-        message = str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        message = response.text[:300]
+    message = refusals.read(response.status_code, response.content).message
     if response.status_code == 413:
         return Answer("too_large", message)
     if response.status_code in (404, 409, 410):  # the worker was dropped or retired

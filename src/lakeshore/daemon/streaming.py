@@ -10,14 +10,13 @@ the invocation's error; a lost lease stops it quietly (the report will be refuse
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from typing import Any
 
 import httpx
 
-from lakeshore import jsontext
+from lakeshore import jsontext, refusals
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -110,6 +109,5 @@ class ItemSender:
 
 
 def _message(response: httpx.Response) -> str:
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        return str(jsontext.parsed(response.content)["error"]["message"])
-    return f"{response.status_code}: {response.text[:200]}"
+    refusal = refusals.read(response.status_code, response.content)
+    return refusal.message if refusal.enveloped else str(refusal)

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from lakeshore import jsontext, logs
+from lakeshore import jsontext, logs, refusals
 from lakeshore.daemon import linux, runner
 from lakeshore.daemon.longpoll import ClaimAnswer, LongPoll, tls_context
 from lakeshore.daemon.pool import Pool, PoolConfig
@@ -551,8 +551,5 @@ def _transient(response: Reply) -> bool:
 def _raise_for(response: Reply) -> None:
     if response.is_success:
         return
-    try:
-        message = response.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = response.text[:200]
+    message = refusals.read(response.status_code, response.content).message
     raise DaemonError(f"server refused ({response.status_code}): {message}")
