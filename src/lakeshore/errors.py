@@ -21,6 +21,8 @@ never thinks in status codes and the API layer never invents them.
 
 from __future__ import annotations
 
+import math
+
 
 class LakeshoreError(Exception):
     """Root of every error Lakeshore raises on purpose."""
@@ -83,6 +85,13 @@ class TooManyRequests(LakeshoreError):
     ) -> None:
         super().__init__(message, field=field)
         self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The answer's ``Retry-After`` (whole seconds, at least 1), when there is a wait."""
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
 
 class ProviderFailed(LakeshoreError):

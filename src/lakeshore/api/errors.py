@@ -8,7 +8,6 @@ are mapped here, and anything unexpected becomes a 500 without a traceback in th
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,7 +56,7 @@ async def _lakeshore_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LakeshoreError)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
     if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        headers = exc.headers
     return error_response(exc.status, exc.code, exc.message, exc.field, headers)
 
 

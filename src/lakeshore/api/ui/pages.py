@@ -9,7 +9,6 @@ page come from the shared :class:`~lakeshore.services.overview.Overview` read.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
@@ -259,8 +258,8 @@ async def login(
         principal.require_scope("/ui")
     except LakeshoreError as exc:
         refused = _login_page(request, exc.message, status=exc.status)
-        if isinstance(exc, TooManyRequests) and exc.retry_after is not None:
-            refused.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        if isinstance(exc, TooManyRequests):
+            refused.headers.update(exc.headers)
         return refused
     ns = principal.namespace or ns_service.DEFAULT_NAMESPACE
     session_id = await state.sessions.begin(request, state.store, principal, state.clock())
