@@ -278,6 +278,36 @@ async def test_expired_cancelled_and_lost_leases_are_counted(
     assert (stats["expired"], stats["cancelled"], stats["failed"]) == (3, 4, 1)
 
 
+async def test_a_lease_handed_back_unbegun_counts_as_taken_back(
+    served: tuple[httpx.AsyncClient, AppState], clock: FakeClock
+) -> None:
+    """A daemon gone silent held one invocation it had begun and one prefetched: both
+    leases are taken back (``lakeshore_leases_expired``), the begun one retried, the
+    prefetched one returned to the queue uncharged."""
+    api, state = served
+    body = {"queues": ["p"], "capabilities": {"max_invocations": 1, "prefetch": 1}}
+    worker = (await api.post(f"{W}/hello", json=body)).json()["id"]
+    for _ in range(2):
+        made = await api.post(f"{NS}/queues/p/invocations", json={"fn": "m:f", "max_attempts": 3})
+        assert made.status_code == 201, made.text
+    claim = {"timeout_s": 0, "max": 2}  # its slot and its prefetch
+    held = (await api.post(f"{W}/{worker}/claim", json=claim)).json()["invocations"]
+    begun, waiting = [i["id"] for i in held]
+    beat = {"running": [begun], "prefetched": [waiting]}
+    assert (await api.post(f"{W}/{worker}/heartbeat", json=beat)).status_code == 200
+    clock.advance(worker_service.LEASE_S + 1)
+
+    swept = await reaper.reap(state.store, clock(), state.metrics)
+
+    assert (swept["retried"], swept["returned"]) == (1, 1)
+    found = await scrape(api)
+    assert (
+        found[("lakeshore_leases_expired_total", (("namespace", "default"), ("queue", "p")))] == 2
+    )
+    returned = (await api.get(f"{NS}/invocations/{waiting}")).json()
+    assert (returned["state"], returned["attempts"]) == ("pending", 0)
+
+
 async def test_hysteresis_counters_are_exported(api: httpx.AsyncClient, clock: FakeClock) -> None:
     made = await api.post(f"{NS}/providers", json={"name": "fk", "kind": "fake"})
     assert made.status_code == 201

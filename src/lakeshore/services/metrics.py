@@ -106,7 +106,8 @@ class Metrics:
         self.leases_expired = Counter(
             "lakeshore_leases_expired",
             "Leases this replica's reaper took back from a worker that stopped renewing "
-            "them (each attempt then counted retried or failed).",
+            "them (each begun attempt then counted retried or failed; one that never "
+            "began goes back to the queue uncharged).",
             queue_labels,
             registry=self.registry,
         )

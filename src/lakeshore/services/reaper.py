@@ -53,10 +53,8 @@ async def reap(
         counts.update(reaped.counts)
         counts["returned"] = sum(reaped.returned.values())
         outcomes.update(reaped.by_queue)
-        for (queue_id, outcome), n in reaped.by_queue.items():
-            taken_back[queue_id] = taken_back.get(queue_id, 0) + n
-            if outcome == "retried":
-                woken.add(queue_id)
+        taken_back.update(_taken_back(reaped.by_queue, reaped.returned))
+        woken.update(q for q, outcome in reaped.by_queue if outcome == "retried")
         woken.update(reaped.returned)
         await wakeups.publish(conn, sorted(woken))
 
@@ -78,6 +76,15 @@ async def reap(
     if metrics is not None:
         await _alone_read(lambda: metrics.count_by_queue(store, outcomes, taken_back))
     return counts
+
+
+def _taken_back(charged: dict[tuple[str, str], int], returned: dict[str, int]) -> dict[str, int]:
+    """Leases taken back, by queue: those charged (retried or failed) and those returned
+    uncharged (never begun)."""
+    back = dict(returned)
+    for (queue_id, _), n in charged.items():
+        back[queue_id] = back.get(queue_id, 0) + n
+    return back
 
 
 async def _alone_read(count: Callable[[], Awaitable[None]]) -> None:
