@@ -35,6 +35,8 @@ def test_queues_create_takes_a_wait_target_and_max_step(cli: Cli) -> None:
         "max": 32,
         "max_step": 4,
     }
+    explained = cli.run("queues", "explain", name)
+    assert "policy: wait_target, min 0, max 32, wait 300 s, max step 4" in explained.stdout
 
 
 def test_a_wait_target_without_its_wait_is_refused_cleanly(cli: Cli) -> None:

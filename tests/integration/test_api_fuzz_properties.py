@@ -127,6 +127,17 @@ def any_kinds(full: bool) -> st.SearchStrategy[Any]:
 
 
 @st.composite
+def steps_and_targets(draw: st.DrawFn, kind: str) -> dict[str, Any]:
+    """``wait_target``'s required ``wait_s``, and a ``max_step`` now and then."""
+    drawn: dict[str, Any] = {}
+    if kind == "wait_target":
+        drawn["wait_s"] = draw(st.floats(min_value=0.001, max_value=1e6))
+    if kind != "fixed" and draw(st.booleans()):
+        drawn["max_step"] = draw(st.integers(1, 64))
+    return drawn
+
+
+@st.composite
 def valid_elasticity(draw: st.DrawFn, full: bool) -> dict[str, Any]:
     kind = draw(st.sampled_from(ELASTICITY_KINDS))
     spec: dict[str, Any] = {"kind": kind}
@@ -150,6 +161,7 @@ def valid_elasticity(draw: st.DrawFn, full: bool) -> dict[str, Any]:
         spec["match"] = {"tags": draw(st.lists(LABEL, max_size=3))}
     if draw(st.booleans()):
         spec["steal_delay_s"] = draw(st.floats(min_value=0, max_value=1e6))
+    spec.update(draw(steps_and_targets(kind)))
     # unknown keys are kept and ignored (forward compatibility)
     extra = draw(st.dictionaries(st.sampled_from(["future_knob", "x", "_y"]), finite_json(full)))
     return {**extra, **spec}

@@ -50,6 +50,8 @@ async def test_a_wait_target_queue_with_a_backlog_and_no_daemon_bursts_in_its_fi
     assert explained["latest"]["reason"] == first["reason"]
     assert explained["latest"]["detail"]["estimates"]["service_s"]["value"] == 45.0
     assert explained["policy"]["kind"] == "wait_target"
+    assert (explained["policy"]["wait_s"], explained["policy"]["max_step"]) == (60, None)
+    assert explained["next"]["estimates"]["service_s"]["value"] == 45.0  # the next tick's
     second = (await tick(api))["gpu"]  # all booting: nothing more to launch
     assert second["action"] == "tick_noop"
 

@@ -139,6 +139,11 @@ def explain(
         return
     now, policy, latest = data["now"], data["policy"], data["latest"]
     bounds = f"min {policy['min']}, max {'unset' if policy['max'] is None else policy['max']}"
+    if policy.get("wait_s") is not None:
+        bounds += f", wait {policy['wait_s']:g} s"
+    if policy.get("max_step") != 1:
+        step = policy.get("max_step")
+        bounds += f", max step {'none' if step is None else step}"
     pool = data.get("pool")
     lines = [f"queue {data['queue']} ({data['state']}), ticked as {data['scope']}"]
     if pool:
@@ -165,9 +170,24 @@ def explain(
             f"  reason: {latest['reason']}",
             f"  rule: {latest['rule']}",
         ]
+        estimates = (latest.get("detail") or {}).get("estimates")
+        if estimates:
+            lines.append(f"  estimates: {_estimates(estimates)}")
     lines.append(f"why: {data['why']}")
     for line in lines:
         output.console.print(line, markup=False, highlight=False)
+
+
+def _estimates(estimates: dict[str, Any]) -> str:
+    """A wait_target decision's estimates on one line: each value with its source."""
+    parts = []
+    for name, value in estimates.items():
+        if isinstance(value, dict) and "value" in value:
+            source = f" ({value['source']})" if value.get("source") else ""
+            parts.append(f"{name} {value['value']}{source}")
+        else:
+            parts.append(f"{name} {value}")
+    return ", ".join(parts)
 
 
 @pools.command("events")

@@ -13,7 +13,7 @@ from typing import Any
 
 from lakeshore.domain import fleet, scaling
 from lakeshore.domain.names import is_valid_name
-from lakeshore.elasticity import units
+from lakeshore.elasticity import plan, units
 from lakeshore.errors import InvalidInput, NotFound
 from lakeshore.services import queues as queue_service
 from lakeshore.services import scopes
@@ -163,6 +163,8 @@ async def explain(
             "reason": decision.reason,
             "rule": decision.rule,
             "hint": decision.hint,
+            # a wait_target decision's estimates, each with its source
+            "estimates": plan.estimates_json(step) if decision.estimates else None,
         },
         "latest": latest,
         "ageSeconds": round((now - row["created_at"]).total_seconds(), 1) if row else None,
@@ -178,6 +180,8 @@ def _policy_json(policy: scaling.Policy) -> dict[str, Any]:
         "threshold": policy.high,
         "threshold_low": policy.low,
         "reservedSlots": policy.reserved_slots,
+        "max_step": policy.max_step,
+        "wait_s": policy.wait_s,
     }
 
 
