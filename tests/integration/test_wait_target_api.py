@@ -164,3 +164,40 @@ async def test_a_new_template_learns_its_boot_time_afresh(
     assert (await api.patch(f"{NS}/queues/tpl", json=bigger)).status_code == 200
     afresh = (await tick(api))["tpl"]["estimates"]["boot_s"]
     assert (afresh["value"], afresh["source"]) == (30.0, "hint")  # its own boots: none yet
+
+
+async def test_before_any_boot_is_learned_the_provider_s_boot_s_is_the_estimate(
+    api: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await provider(api, launch_ttl_s=600, boot_s=120)
+    await queue(api, "configured", waiting(service_s=45), providerRef="fk")
+    await queue(api, "hinted", waiting(service_s=45, boot_s=30), providerRef="fk")
+    await submit_many(api, "configured", 100)
+    await submit_many(api, "hinted", 100)
+    decisions = await tick(api)
+    first = decisions["configured"]
+    assert first["action"] == "scale_up", first["reason"]
+    assert first["estimates"]["boot_s"] == {"value": 120.0, "source": "provider", "samples": 0}
+    assert "booting in ~2 min" in first["reason"]
+    # the policy's own hint comes before its provider's
+    hinted = decisions["hinted"]["estimates"]["boot_s"]
+    assert hinted == {"value": 30.0, "source": "hint", "samples": 0}
+    explained = (await api.get(f"{NS}/queues/configured/explain")).json()
+    assert explained["next"]["estimates"]["boot_s"]["source"] == "provider"
+    clock.advance(75)  # a launch says hello 75 s after it was asked for: learned from then on
+    await hello(api, ["configured"], capacity=1, launch_id=first["launch_ids"][0])
+    learned = (await tick(api))["configured"]["estimates"]["boot_s"]
+    assert learned == {"value": 75.0, "source": "learned", "samples": 1}
+
+
+async def test_a_provider_s_boot_s_is_validated_at_registration(api: httpx.AsyncClient) -> None:
+    for bad in (0, -1, 86_401, "2m"):
+        body = {"name": "bad", "kind": "fake", "config": {"boot_s": bad}}
+        refused = await api.post(f"{NS}/providers", json=body)
+        assert refused.status_code == 422, refused.text
+        assert "config.boot_s" in refused.text
+    shown = await api.post(
+        f"{NS}/providers", json={"name": "ok", "kind": "fake", "config": {"boot_s": 86_400}}
+    )
+    assert shown.status_code == 201, shown.text
+    assert shown.json()["config"]["boot_s"] == 86_400

@@ -8,8 +8,9 @@ model alike, so both learn the same way:
   from :data:`MIN_SERVICE_SAMPLES` on, the policy's ``service_s`` hint before, else the
   few there are, else the default;
 - **boot time**: the mean request → hello of the scope's latest :data:`BOOT_SAMPLES`
-  launches that said hello (through its provider, so from its daemon template);
-  learned from the first, the policy's ``boot_s`` hint before, else the default;
+  launches that said hello (through its provider, from its daemon template); learned
+  from the first, before that the policy's ``boot_s`` hint, else the ``boot_s``
+  configured on the scope's provider, else the default;
 - **arrival rate**: the submits of each of the last :data:`ARRIVAL_MINUTES` minutes,
   averaged, a burst's minutes left out (a burst is backlog, which the rule drains on its
   own, not a rate to keep a fleet for); on a rise (a least-squares slope over a deviation
@@ -33,6 +34,7 @@ BOOT_SAMPLES: Final = 20
 ARRIVAL_MINUTES: Final = 20
 BURST_SHARE: Final = 0.1  # at most this share of minutes is left out as bursts
 TREND_SIGMAS: Final = 1.0  # a rise is followed once its slope is this many deviations
+MAX_CONFIGURED_BOOT_S: Final = 86_400.0  # a provider's ``boot_s``: at most a day
 SHORTEST_S: Final = 0.1  # a learned time is at least this: runs that took no time at all
 
 
@@ -40,13 +42,16 @@ SHORTEST_S: Final = 0.1  # a learned time is at least this: runs that took no ti
 class History:
     """A scope's recent history, as read: service times and boot times (seconds, newest
     first), submits per minute (the last :data:`ARRIVAL_MINUTES`, any order), delayed
-    invocations due within a boot, and how long each idle daemon has been idle."""
+    invocations due within a boot, and how long each idle daemon has been idle; and the
+    boot time configured on the scope's provider (``None``: none), a boot's estimate
+    before there is a learned one."""
 
     service_s: Sequence[float] = ()
     boot_s: Sequence[float] = ()
     per_minute: Sequence[int] = ()
     due_soon: int = 0
     idle_for: Mapping[str, float] = field(default_factory=dict)
+    provider_boot_s: float | None = None
 
 
 def _mean(samples: Sequence[float]) -> float:
@@ -62,12 +67,29 @@ def service_of(policy: Policy, samples: Sequence[float]) -> Estimate:
     return Estimate(DEFAULT_SERVICE_S, "default")
 
 
-def boot_of(policy: Policy, samples: Sequence[float]) -> Estimate:
+def boot_of(policy: Policy, samples: Sequence[float], provider_s: float | None = None) -> Estimate:
+    """The boot time: learned from the first sample; before, the policy's ``boot_s``
+    hint, else the ``boot_s`` configured on the scope's provider (``provider_s``), else
+    the default."""
     if samples:
         return Estimate(_mean(samples), "learned", len(samples))
     if policy.boot_s is not None:
         return Estimate(policy.boot_s, "hint")
+    if provider_s is not None:
+        return Estimate(provider_s, "provider")
     return Estimate(DEFAULT_BOOT_S, "default")
+
+
+def configured_boot_s(config: object) -> float | None:
+    """The ``boot_s`` of a provider registration's stored config: a number of seconds,
+    over 0 and at most :data:`MAX_CONFIGURED_BOOT_S` (as its kind validated it), else
+    ``None``."""
+    value = config.get("boot_s") if isinstance(config, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or not 0 < value <= MAX_CONFIGURED_BOOT_S:
+        return None
+    return float(value)
 
 
 def arrivals_of(per_minute: Sequence[int], ahead_s: float = 0.0) -> Estimate:
@@ -98,7 +120,7 @@ def arrivals_of(per_minute: Sequence[int], ahead_s: float = 0.0) -> Estimate:
 
 def demand(policy: Policy, history: History) -> Demand:
     """The estimates ``wait_target`` decides from."""
-    boot = boot_of(policy, history.boot_s)
+    boot = boot_of(policy, history.boot_s, history.provider_boot_s)
     return Demand(
         service=service_of(policy, history.service_s),
         boot=boot,

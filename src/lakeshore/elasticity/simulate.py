@@ -65,6 +65,9 @@ class Fleet:
     cost_per_hour: float = 1.0  # the cost weight of one daemon-hour
     interval_s: float = 5.0  # the controller's tick interval
     initial: int | None = None  # daemons running at the start; None: the policy's min
+    # the provider's configured boot_s: wait_target's boot estimate until the model's
+    # first boot (as a registration's ``boot_s`` is the server's); None: none configured
+    boot_s: float | None = None
 
 
 @dataclass
@@ -335,6 +338,7 @@ class _World:
             boot_s=list(self.boots),
             per_minute=per_minute,
             idle_for={d.id: t - d.idle_since for d in self.daemons.values() if not d.busy},
+            provider_boot_s=self.fleet.boot_s,
         )
 
     def _tick(self, t: float) -> None:

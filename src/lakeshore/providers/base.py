@@ -17,14 +17,15 @@ import shlex
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Annotated, Any, Final, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from lakeshore.defaults import DIST_NAME
 from lakeshore.distribution import Wheel, own_wheel
 from lakeshore.domain.fleet import LaunchBody
 from lakeshore.domain.validation import invalid_input
+from lakeshore.elasticity.estimates import MAX_CONFIGURED_BOOT_S
 from lakeshore.errors import InvalidInput
 
 T = TypeVar("T")
@@ -193,6 +194,12 @@ def default_install_command(wheel: Wheel | None = None) -> str:
             "fi",
         ]
     )
+
+
+BootSeconds = Annotated[float, Field(gt=0, le=MAX_CONFIGURED_BOOT_S)]
+"""A kind's optional ``boot_s``: how long its launches take from request to hello, as
+its operator expects; ``wait_target`` plans with it until it has learned the boot time
+from the provider's own launches (:mod:`lakeshore.elasticity.estimates`)."""
 
 
 class Provider(Protocol):

@@ -98,6 +98,7 @@ class Ec2Config(BaseModel):
     # unset: install this server's own version (base.default_install_command)
     install_command: Annotated[StrictStr, Field(min_length=1, max_length=4096)] | None = None
     launch_ttl_s: Annotated[float, Field(gt=0, le=86_400)] = DEFAULT_LAUNCH_TTL_S
+    boot_s: base.BootSeconds | None = None  # wait_target's boot time until it learns
     extra_tags: dict[TagKey, TagValue] = Field(default_factory=dict, max_length=MAX_TAGS)
 
 

@@ -21,6 +21,7 @@ class FakeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     launch_ttl_s: Annotated[float, Field(gt=0, le=86_400)] = base.DEFAULT_LAUNCH_TTL_S
+    boot_s: base.BootSeconds | None = None  # wait_target's boot time until it learns
     fail_launch: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
     fail_terminate: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
     hang_s: Annotated[float, Field(ge=0, le=3600)] = 0.0

@@ -81,6 +81,7 @@ class GceConfig(BaseModel):
     ) = None
     install_command: Annotated[str, Field(min_length=1, max_length=16_384)] | None = None
     launch_ttl_s: Annotated[float, Field(gt=0, le=86_400)] = DEFAULT_LAUNCH_TTL_S
+    boot_s: base.BootSeconds | None = None  # wait_target's boot time until it learns
     extra_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
 
 

@@ -117,6 +117,7 @@ class KubeConfig(BaseModel):
     )
     request_timeout_s: Annotated[float, Field(gt=0, le=300)] = DEFAULT_REQUEST_TIMEOUT_S
     launch_ttl_s: Annotated[float, Field(gt=0, le=86_400)] = DEFAULT_LAUNCH_TTL_S
+    boot_s: base.BootSeconds | None = None  # wait_target's boot time until it learns
 
     @model_validator(mode="after")
     def _one_way_in(self) -> KubeConfig:

@@ -55,6 +55,7 @@ class LocalConfig(BaseModel):
     max_daemons: Annotated[int, Field(ge=1, le=1000)] = 8
     env: dict[str, Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict)
     launch_ttl_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    boot_s: base.BootSeconds | None = None  # wait_target's boot time until it learns
     setup_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 120.0
     grace_s: Annotated[float, Field(ge=0, le=600)] = 5.0
     orphan_after_s: Annotated[float, Field(ge=1, le=86_400)] = 30.0

@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.queue import Queue
 from lakeshore.domain.scaling import Counters
+from lakeshore.elasticity import estimates
 from lakeshore.elasticity.estimates import History
 from lakeshore.elasticity.snapshot import Key, Snapshot
 from lakeshore.elasticity.units import distinct_workers, scope_of
@@ -308,11 +309,18 @@ async def _histories(
     by_queue: dict[str, list[WorkerView]],
     now: datetime,
 ) -> dict[Key, History]:
-    """The recent history of each scope whose policy learns from it (``wait_target``)."""
-    return {
-        key: await history.history_of(conn, key, members, distinct_workers(members, by_queue), now)
-        for key, members in learning.items()
-    }
+    """The recent history of each scope whose policy learns from it (``wait_target``),
+    with the ``boot_s`` its provider's registration configures (read in one query)."""
+    named = {key: history.provider_of(members) for key, members in learning.items()}
+    wanted = {(key[0], name) for key, name in named.items() if name is not None}
+    found = await registrations(conn, wanted)
+    histories = {}
+    for key, members in learning.items():
+        row = found.get((key[0], named[key] or ""))
+        configured = estimates.configured_boot_s(row["config"]) if row is not None else None
+        fleet = distinct_workers(members, by_queue)
+        histories[key] = await history.history_of(conn, key, members, fleet, now, configured)
+    return histories
 
 
 async def snapshot_of(

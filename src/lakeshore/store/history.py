@@ -4,8 +4,10 @@ No table of its own: service times are the invocations' ``started_at`` → ``fin
 boot times the launches' ``created_at`` → ``resolved_at`` of those that said hello, the
 arrival rate the invocations' ``created_at``, the delayed work their ``available_at``, and
 a daemon's idleness its last ``finished_at`` (or its hello), and the schedules' slots
-falling due within a boot their ``spec`` and ``last_slot``. The rules that turn these
-into estimates are :mod:`lakeshore.elasticity.estimates`, shared with the simulator.
+falling due within a boot their ``spec`` and ``last_slot``; and, before any boot is
+learned, the ``boot_s`` of the scope's provider registration (its ``config``). The rules
+that turn these into estimates are :mod:`lakeshore.elasticity.estimates`, shared with the
+simulator.
 
 Read only for the scopes whose policy learns (``wait_target``): a few indexed queries per
 such scope, each bounded (the latest 500 finishes, 20 launches, 20 minutes of submits).
@@ -27,7 +29,7 @@ from lakeshore.domain import fleet
 from lakeshore.domain import schedules as rules
 from lakeshore.domain.fleet import WorkerView
 from lakeshore.domain.queue import Queue
-from lakeshore.domain.wait_target import DEFAULT_BOOT_S
+from lakeshore.domain.scaling import Policy
 from lakeshore.elasticity import estimates
 from lakeshore.elasticity.snapshot import Key
 from lakeshore.elasticity.units import scope_of
@@ -58,16 +60,14 @@ async def history_of(
     members: Sequence[Queue],
     fleet: Sequence[WorkerView],
     now: datetime,
+    provider_boot_s: float | None = None,
 ) -> estimates.History:
-    """One scope's recent history (``fleet``: its workers, to time their idleness)."""
+    """One scope's recent history (``fleet``: its workers, to time their idleness;
+    ``provider_boot_s``: the ``boot_s`` its provider's registration configures)."""
     ids = [q.id for q in members]
     boots = await _boots(conn, key, members)
-    policy = members[0].spec.elasticity
-    boot_s = (
-        sum(boots) / len(boots)
-        if boots
-        else (policy.boot_s if policy and policy.boot_s else DEFAULT_BOOT_S)
-    )
+    policy = Policy.from_spec(members[0].spec)
+    boot_s = estimates.boot_of(policy, boots, provider_boot_s).value
     return estimates.History(
         service_s=await _services(conn, ids, now),
         boot_s=boots,
@@ -75,7 +75,13 @@ async def history_of(
         due_soon=await _due_soon(conn, ids, now, boot_s)
         + await _slots_soon(conn, ids, now, boot_s),
         idle_for=await _idle_for(conn, fleet, now),
+        provider_boot_s=provider_boot_s,
     )
+
+
+def provider_of(members: Sequence[Queue]) -> str | None:
+    """The provider a scope launches through (its first member that names one)."""
+    return _template_of(members)[0]
 
 
 async def _services(conn: AsyncConnection, ids: Sequence[str], now: datetime) -> list[float]:
