@@ -6,7 +6,8 @@ For SQLite and/or PostgreSQL it fills a store with ``--history`` finished invoca
 days ago. Then, in turn on that same store, a real ``lakeshore server``:
 
 0. **no history**: ``--drain`` no-ops, submitted in batches, drained by ``--daemons``
-   burst daemons, on an empty store; then ``stats`` read on its queue;
+   burst daemons, on an empty store, with the probe below running as in the other runs;
+   then ``stats`` read on its queue;
 1. **without pruning** (the history within the server's window, so the sweep, every
    second, only tallies it): ``stats`` of the history's queue once tallied, then the
    same drain while a probe submits one no-op every 0.1 s to a queue of its own, served
@@ -347,7 +348,8 @@ def run_backend(backend: str, opts: argparse.Namespace) -> None:
             ),
             _client(su, tok) as http,
         ):
-            rate_0, _, _ = drain(http, su, tok, tmp, "drain-0", opts)
+            with probing(http, su, tok, tmp / "empty", "probe-0"):  # as in the other runs
+                rate_0, _, _ = drain(http, su, tok, tmp, "drain-0", opts)
             stats_0 = stats_ms(http, "drain-0")
         print(
             f"[{backend}] no history: {rate_0:,.0f} jobs/s; stats of the drained queue "
