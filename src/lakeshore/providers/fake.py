@@ -2,7 +2,8 @@
 launches table) and nothing runs. For dry runs of a policy, and for tests.
 
 Config: ``launch_ttl_s`` (how long a launch stays in flight without a hello; default
-15), and, to rehearse failures, ``fail_launch`` / ``fail_terminate`` (every call fails
+15), ``boot_s`` (the boot time ``wait_target`` plans with until it has learned one;
+unset), and, to rehearse failures, ``fail_launch`` / ``fail_terminate`` (every call fails
 with that message) and ``hang_s`` (every call first waits that long).
 """
 

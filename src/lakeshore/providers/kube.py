@@ -24,7 +24,8 @@ them the default kubeconfig (``KUBECONFIG``, ``~/.kube/config``) is loaded; ``ve
 neither fails); ``image_pull_policy``; ``service_account`` (without one the Pod gets no
 Kubernetes API token); ``resources`` (``requests`` / ``limits`` for the container);
 ``extra_labels``; ``request_timeout_s`` (each API call; default 5); ``launch_ttl_s``
-(default 120: images are pulled and Pods scheduled before the daemon says hello).
+(default 120: images are pulled and Pods scheduled before the daemon says hello);
+``boot_s`` (the boot time ``wait_target`` plans with until it has learned one; unset).
 
 The client is blocking, so every call runs in a worker thread; it is built lazily, once
 per provider instance, and ``kubernetes`` is imported only then (this module is imported at
