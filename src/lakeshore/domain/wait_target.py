@@ -2,7 +2,8 @@
 lowest daemon-hours.
 
 A scope's fleet is sized from three estimates, each with its source (``learned`` from
-the scope's own history, a ``hint`` written on the policy, or the ``default``): the
+the scope's own history, a ``hint`` written on the policy, for the boot time its
+``provider``'s configured ``boot_s``, or the ``default``): the
 service time (an invocation's start → finish), the boot time (a launch's request → its
 daemon's hello) and the arrival rate. Two needs are computed and the larger wins:
 
@@ -45,7 +46,8 @@ TIMES: Final = "\u00d7"  # the multiplication sign: backlog N (times) service ti
 @dataclass(frozen=True)
 class Estimate:
     """One estimate and where it came from: ``learned`` (with its sample count), a
-    ``hint`` of the policy, or the ``default``."""
+    ``hint`` of the policy, the ``provider``'s configured value (the boot time), or the
+    ``default``."""
 
     value: float
     source: str
