@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lakeshore.cli import context, output, schedules
+from lakeshore.cli import bulk, context, output, schedules
 from lakeshore.cli.client import CliError
 
 app = typer.Typer(help="Inspect, follow, cancel and retry invocations.", no_args_is_help=True)
@@ -93,10 +93,34 @@ def submit(
             show_default=False,
         ),
     ] = None,
+    from_file: Annotated[
+        str | None,
+        typer.Option(
+            "--from-file",
+            metavar="FILE",
+            help="Submit many calls of FN: one JSON object a line ({args, kwargs, key, "
+            "delay_s, not_before, max_attempts, timeout_s}, each optional; - reads standard "
+            "input), in batches of 1,000. The file is checked first: a bad line is reported "
+            "with its number and nothing is submitted. --max-attempts and --timeout apply "
+            "to lines that do not say.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Submit one invocation of FN to QUEUE (now, or later with --delay / --not-before)."""
+    """Submit one invocation of FN to QUEUE (now, or later with --delay / --not-before),
+    or many with --from-file."""
     cli = context.get(ctx)
+    if from_file is not None:
+        if arg or kwarg or key or delay or not_before:
+            raise typer.BadParameter(
+                "the calls' arguments, keys and delays come from the file: "
+                "--arg, --kwarg, --key, --delay and --not-before go with one call",
+                param_hint="--from-file",
+            )
+        defaults = {"max_attempts": max_attempts, "timeout_s": timeout}
+        _submit_file(cli, queue, fn, from_file, defaults, as_json=as_json)
+        return
     body: dict[str, Any] = {
         "fn": fn,
         "args": [_json_value(a) for a in arg or []],
@@ -116,6 +140,46 @@ def submit(
         output.data(created)
     else:
         print(created["id"])
+
+
+def _submit_file(
+    cli: context.CliContext,
+    queue: str,
+    fn: str,
+    path: str,
+    defaults: dict[str, Any],
+    *,
+    as_json: bool,
+) -> None:
+    try:
+        lines = bulk.lines_of(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {path}: {exc}") from None
+    calls, bad = bulk.read(lines)
+    if bad:
+        raise CliError(f"{path}: {len(bad)} bad line(s), nothing submitted\n{bulk.shown(bad)}")
+    given = {name: value for name, value in defaults.items() if value is not None}
+    ids: list[str] = []
+    route = cli.ns_path("queues", queue, "invocations", "batch")
+    with bulk.progress(len(calls)) as bar:
+        for batch in bulk.batches(calls):
+            items = [{"fn": fn, **given, **call.body} for call in batch]
+            try:
+                made = cli.client.request(
+                    "POST", route, json={"invocations": items}, params={"answer": "ids"}
+                )
+            except CliError as exc:
+                raise CliError(
+                    f"lines {batch[0].line}-{batch[-1].line} refused: {exc}; "
+                    f"{len(ids)} submitted before them, none of this batch",
+                    status=exc.status,
+                ) from None
+            ids += [invocation["id"] for invocation in made["invocations"]]
+            bar.advance(bar.task_ids[0], len(batch))
+    if as_json:
+        output.data({"submitted": len(ids), "ids": ids})
+    else:
+        print(f"submitted {len(ids)} invocation(s) of {fn} to {queue}")
 
 
 @app.command("list")
