@@ -52,6 +52,10 @@ class LakeshoreClientError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
+class StreamEndedEarly(ConnectionError):
+    """A stream closed before its end event (the server stopping): it is resumed."""
+
+
 class RemoteError(Exception):
     """An invocation failed remotely with an exception type not known here."""
 
@@ -200,20 +204,63 @@ class Client:
     def cancel(self, invocation_id: str) -> dict[str, Any]:
         return dict(self.request("POST", self._path("invocations", invocation_id, "cancel")))
 
+    def ended(self, invocation_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """The invocation once it has ended, read from its stream's ``end`` event (asked
+        for after the last item there can be, so no item is sent, and nothing is
+        polled); ``TimeoutError`` once ``timeout`` seconds have gone by. One connection,
+        reused from wait to wait, whatever the number of invocations waited for."""
+        path = self._path("invocations", invocation_id, "stream")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failures = 0
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"invocation {invocation_id} has not ended after {timeout} s")
+            # the server pings every 15 s: a read that waits longer means a dead peer
+            read = STREAM_READ_S if left is None else min(STREAM_READ_S, left)
+            try:
+                return self._end_of(path, read)
+            except httpx.ReadTimeout:
+                continue  # no word within the read's time: the deadline decides
+            except (httpx.TransportError, SSEError, StreamEndedEarly):
+                failures += 1
+                if failures > STREAM_RECONNECTS:
+                    raise
+            time.sleep(min(2.0, 0.1 * 2**failures))
+
+    def _end_of(self, path: str, read_s: float) -> dict[str, Any]:
+        """One look at a stream, after its last item: the invocation at its end."""
+        with connect_sse(
+            self._follower(),
+            "GET",
+            path,
+            params={"after": LAST_ITEM},
+            timeout=httpx.Timeout(30.0, read=read_s),
+        ) as source:
+            if not source.response.is_success:
+                _raise(source.response.status_code, source.response.read())
+            for event in source.iter_sse():
+                if event.event == "end":
+                    return dict(jsontext.parsed(event.data.encode()))
+        raise StreamEndedEarly(f"the stream of {path} ended before the invocation did")
+
+    def _follower(self) -> httpx.Client:
+        if self._sse is None:
+            self._sse = httpx.Client(base_url=self.url, headers=self._auth, timeout=self._timeout)
+        return self._sse
+
     def follow(
         self, invocation_id: str, *, after: int = -1, reconnects: int = 5
     ) -> Iterator[tuple[str, Any]]:
         """The invocation's stream: ``("item", value)`` for each item as it arrives, then
         ``("end", invocation)``. A dropped connection is resumed where it left off."""
         path = self._path("invocations", invocation_id, "stream")
-        timeout = httpx.Timeout(30.0, read=60.0)  # the server pings every 15 s
-        if self._sse is None:
-            self._sse = httpx.Client(base_url=self.url, headers=self._auth, timeout=self._timeout)
+        timeout = httpx.Timeout(30.0, read=STREAM_READ_S)  # the server pings every 15 s
         failures = 0
         while True:
             try:
                 with connect_sse(
-                    self._sse, "GET", path, params={"after": after}, timeout=timeout
+                    self._follower(), "GET", path, params={"after": after}, timeout=timeout
                 ) as source:
                     if not source.response.is_success:
                         _raise(source.response.status_code, source.response.read())
@@ -252,22 +299,9 @@ class Handle(Generic[R]):
         self.client.cancel(self.id)
 
     def result(self, timeout: float | None = None) -> R:
-        """Wait for the invocation to end; its result, or its error raised here."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        pause = 0.02
-        while True:
-            info = self.info()
-            if info["state"] in FINAL:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"invocation {self.id} is still {info['state']} after {timeout} s"
-                )
-            time.sleep(
-                pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
-            )
-            pause = min(pause * 2, 0.5)
-        return _outcome(info)  # type: ignore[no-any-return]
+        """Wait for the invocation to end (on its end event: :meth:`Client.ended`); its
+        result, or its error raised here. ``TimeoutError`` after ``timeout`` seconds."""
+        return outcome(self.client.ended(self.id, timeout))  # type: ignore[no-any-return]
 
     def stream(self) -> Iterator[Any]:
         """Each item a generator UDF yields, as it yields it; at the end the remote error
@@ -276,10 +310,13 @@ class Handle(Generic[R]):
             if kind == "item":
                 yield value
             else:
-                _outcome(value)
+                outcome(value)
 
 
 BATCH_MAX = 1000  # invocations per batch request, as the server takes them
+LAST_ITEM = 2**31 - 1  # the highest item number: a stream asked after it sends only its end
+STREAM_READ_S = 60.0  # the longest read of a stream (the server pings every 15 s)
+STREAM_RECONNECTS = 5
 
 
 def _submit_body(
@@ -316,7 +353,7 @@ def _raise(status: int, data: bytes) -> None:
     raise LakeshoreClientError(status, refusal.code, refusal.message)
 
 
-def _outcome(info: dict[str, Any]) -> Any:
+def outcome(info: dict[str, Any]) -> Any:
     """A final invocation's result, or its error raised."""
     if info["state"] == "succeeded":
         return info["result"]
@@ -404,6 +441,13 @@ class UDF(Generic[P, R]):
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
         )
+
+    def map(self, *iterables: Iterable[Any]) -> list[Handle[R]]:
+        """One invocation per item of ``iterables`` taken together, as the built-in
+        ``map`` calls (``f.map(xs)``: ``f(x)`` for each ``x``; ``f.map(xs, ys)``:
+        ``f(x, y)``), 1,000 to a request; the handles in the calls' order (wait for them
+        with :func:`gather`)."""
+        return self.submit_many(zip(*iterables, strict=False))
 
     def _require_importable(self) -> None:
         if self.func.__module__ == "__main__" or "<locals>" in self.func.__qualname__:

@@ -337,6 +337,7 @@ def test_sigterm_lets_running_work_finish(
 def test_the_sdk_submits_and_gets_results_and_remote_errors(
     server: LakeshoreServer, tmp_path: Path
 ) -> None:
+    import lakeshore
     from lakeshore import Client, RemoteError
     from lakeshore.sdk import LakeshoreClientError
     from tests import udfs
@@ -370,6 +371,21 @@ def test_the_sdk_submits_and_gets_results_and_remote_errors(
             with pytest.raises(RemoteError, match="Unusual: very"):
                 odd.result(timeout=60)
             assert zero.state() == "failed"
+            # fan-out and fan-in: map's handles in order, gathered on their end events
+            cubes = cube.map(range(12))
+            assert lakeshore.gather(cubes, timeout=60) == [i**3 for i in range(12)]
+            mixed = [*divide.map([6, 1], [3, 0]), odd]
+            with pytest.raises(ZeroDivisionError):
+                lakeshore.gather(mixed, timeout=60)  # the first error, in order
+            two, by_zero, unusual_one = lakeshore.gather(mixed, return_exceptions=True)
+            assert two == 2 and isinstance(by_zero, ZeroDivisionError)
+            assert isinstance(unusual_one, RemoteError)
+            pair = [client.submit("sdk", "tests.udfs:sleep", [30]), cube.submit(4)]
+            done, waiting = lakeshore.wait(pair, return_when=lakeshore.FIRST_COMPLETED)
+            assert (done, waiting) == ([pair[1]], [pair[0]])
+            done, waiting = lakeshore.wait(pair, timeout=0.5)
+            assert (done, waiting) == ([], pair)  # the first is still sleeping
+            pair[0].cancel()
         finally:
             stop(daemon)
         pending = cube.submit(9)
