@@ -101,3 +101,27 @@ async def test_a_tallied_queue_reads_only_the_rows_finished_since(
     fresh = (await submit(api, "h"))["id"]
     assert (await api.post(f"{NS}/invocations/{fresh}/cancel")).is_success
     assert await by_state(served, "h") == {"cancelled": 6}  # since the tally: read live
+
+
+async def test_rows_deleted_before_the_tally_counted_them_leave_it_as_it_was(
+    served: Served, clock: FakeClock
+) -> None:
+    """A window shorter than the tally's lag: the sweep deletes rows no roll-up counted
+    yet, and takes nothing off the tally for them; older, counted ones come off it."""
+    api, state = served
+    await queue(api, "brief", retention_s=5)
+    old = (await submit(api, "brief"))["id"]
+    assert (await api.post(f"{NS}/invocations/{old}/cancel")).is_success
+    clock.advance(TALLY_LAG_S + 1)
+    await queue(api, "other")  # a second queue's sweep step between, as in any sweep
+    young = (await submit(api, "brief"))["id"]
+    assert (await api.post(f"{NS}/invocations/{young}/cancel")).is_success
+    clock.advance(6)  # the young one is past its window, not yet tallied; the old one both
+
+    deleted = await sweep(state, clock)
+
+    assert deleted.invocations == 2
+    assert await by_state(served, "brief") == await truth(served, "brief") == {}
+    async with state.store.read() as conn:
+        tally = (await conn.execute(select(finished_tallies))).mappings().all()
+    assert [t["cancelled"] for t in tally if t["cancelled"]] == []  # the old one came off

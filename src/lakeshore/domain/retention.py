@@ -35,9 +35,7 @@ MAX_BATCHES: Final = 1_000  # per kind and sweep: a sweep ends, and the next one
 PAUSE_SHARE: Final = 4.0
 MAX_PAUSE_S: Final = 2.0
 # the leader adds up each queue's finished invocations (for ``stats``) up to this long
-# ago, so that a finish stamped before that moment has committed when it is counted; a
-# finished invocation is deleted no sooner than it is counted, so a window shorter than
-# this is kept this long
+# ago, so that a finish stamped before that moment has committed when it is counted
 TALLY_LAG_S: Final = 30.0
 
 

@@ -60,14 +60,14 @@ async def sweep(
         windows_of = await retention_store.queue_windows(conn)
     cutoffs = retention.queue_cutoffs(now, windows_of, windows.retention_s)
     for queue_id, cutoff in cutoffs.items():
-        # the finished rows counted for stats first; only counted rows are deleted
+        # the finished rows counted for stats first (a deleted row comes off the tally
+        # if it was in it), then the rows past the window deleted
         try:
             async with store.write() as conn:
-                counted = await tallies.roll_up(conn, queue_id, retention.tally_until(now))
+                await tallies.roll_up(conn, queue_id, retention.tally_until(now))
         except Exception:
             log.exception("retention: tallying queue %s failed; the sweep goes on", queue_id)
-            continue
-        before = min(cutoff, counted)
+        before = cutoff
 
         async def finished(queue_id: str = queue_id, before: datetime = before) -> int:
             nonlocal invocations, items

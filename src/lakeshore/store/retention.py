@@ -30,17 +30,24 @@ async def queue_windows(conn: AsyncConnection) -> dict[str, float | None]:
     return {queue_id: retention for queue_id, retention in rows.all()}
 
 
-def finished_batch(queue_id: str, before: datetime, limit: int) -> Select[str, str]:
-    """The ids and states of the queue's next batch: finished before ``before``, oldest
-    first (read through ``ix_invocations_finished``, whose condition it repeats word for
-    word)."""
+def finished_batch(queue_id: str, before: datetime, limit: int) -> Select[str, str, datetime]:
+    """The ids, states and ends of the queue's next batch: finished before ``before``,
+    oldest first (read through ``ix_invocations_finished``, whose condition it repeats
+    word for word)."""
     return (
-        select(INV.id, INV.state)
+        select(INV.id, INV.state, INV.finished_at)
         .where(INV.queue_id == queue_id, text(FINISHED), INV.finished_at < before)
         .order_by(INV.finished_at)
         .limit(limit)
     )
 
+
+# of the rows a batch deleted, those of one state the queue's tally had counted (a row
+# deleted before the leader tallied it was never in the tally)
+_TALLIED_GONE = (
+    "SELECT count(*) FROM gone WHERE state = '{state}' "
+    "AND finished_at <= finished_tallies.counted_until"
+)
 
 # PostgreSQL: the batch in one statement, its ids never shipped to the server and back
 # (a batch of 1,000 took 10 ms instead of 23 as three statements; bench/retention.py)
@@ -54,10 +61,10 @@ DELETE_FINISHED_PG = text(
         DELETE FROM stream_items WHERE invocation_id IN (SELECT id FROM picked) RETURNING 1
     ), gone AS (
         DELETE FROM invocations WHERE id IN (SELECT id FROM picked) AND {FINISHED}
-        RETURNING state
+        RETURNING state, finished_at
     ), tally AS (
         UPDATE finished_tallies SET
-        {", ".join(f"{s} = {s} - (SELECT count(*) FROM gone WHERE state = '{s}')" for s in STATES)}
+        {", ".join(f"{s} = {s} - ({_TALLIED_GONE.format(state=s)})" for s in STATES)}
         WHERE queue_id = :queue_id RETURNING 1
     )
     SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM items), (SELECT count(*) FROM tally)
@@ -69,10 +76,9 @@ async def delete_finished(
     conn: AsyncConnection, queue_id: str, before: datetime, *, limit: int
 ) -> tuple[int, int]:
     """Delete up to ``limit`` of the queue's invocations that finished before ``before``,
-    oldest first, and their stream items, and take them off the queue's tally
-    (:mod:`lakeshore.store.tallies`): ``before`` is at most the tally's
-    ``counted_until``, so every row deleted was counted. (invocations, stream items)
-    deleted."""
+    oldest first, and their stream items, and take those its tally had counted off it
+    (:mod:`lakeshore.store.tallies`; the others ``stats`` read live). (invocations,
+    stream items) deleted."""
     if conn.dialect.name == "postgresql":
         params = {"queue_id": queue_id, "before": before, "limit": limit}
         gone, items, _ = (await conn.execute(DELETE_FINISHED_PG, params)).one()
@@ -80,12 +86,14 @@ async def delete_finished(
     found = (await conn.execute(finished_batch(queue_id, before, limit))).all()
     if not found:
         return 0, 0
-    ids: Sequence[str] = [str(i) for i, _ in found]
+    ids: Sequence[str] = [str(i) for i, _, _ in found]
     items = await streams.delete_of(conn, ids)
     done = await conn.execute(delete(invocations).where(INV.id.in_(ids), text(FINISHED)))
+    until = await tallies.counted_until(conn, queue_id)
     by_state: dict[str, int] = {}
-    for _, state in found:  # one writer on SQLite: the rows found are the rows deleted
-        by_state[state] = by_state.get(state, 0) + 1
+    for _, state, finished_at in found:  # one writer on SQLite: found is what went
+        if until is not None and finished_at <= until:
+            by_state[state] = by_state.get(state, 0) + 1
     await tallies.take_off(conn, queue_id, by_state)
     return int(done.rowcount), items
 

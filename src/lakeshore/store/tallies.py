@@ -9,11 +9,11 @@ moment has committed by the time it is counted. :func:`counts` reads, in one sta
 ``counted_until``, through ``ix_invocations_finished``.
 
 The tally holds while every row it counted stays as it was counted: the retention sweep
-deletes only counted rows and takes them off in the same statement
-(:mod:`lakeshore.store.retention`); a retry that puts a counted row back in its queue
-takes it off in its own transaction (:func:`take_back`). It assumes one clock for
-``finished_at`` that does not step back past ``counted_until`` (the database's clock on
-PostgreSQL: :mod:`lakeshore.store.dbclock`).
+takes the counted rows it deletes off it in the same statement (a row deleted before it
+was counted was only ever read live: :mod:`lakeshore.store.retention`); a retry that puts
+a counted row back in its queue takes it off in its own transaction (:func:`take_back`).
+It assumes one clock for ``finished_at`` that does not step back past ``counted_until``
+(the database's clock on PostgreSQL: :mod:`lakeshore.store.dbclock`).
 """
 
 from __future__ import annotations
