@@ -108,7 +108,8 @@ def test_kill_9_of_the_server_mid_run_loses_nothing(database: str, tmp_path: Pat
     try:
         for start in range(0, 1000, 500):
             items = [
-                {"fn": "tests.udfs:record", "args": [str(ledger), i], "max_attempts": 10}
+                # 50 ms each: the run lasts seconds, so the kill falls in its middle
+                {"fn": "tests.udfs:record", "args": [str(ledger), i, 0.05], "max_attempts": 10}
                 for i in range(start, start + 500)
             ]
             response = http.post(
