@@ -358,10 +358,7 @@ class Controller:
             detail["launch_ids"] = started
         if not started:
             return Outcome(step.downgraded(failures[0]), before, detail)
-        if failures:
-            reason = f"{step.decision.reason}; {len(failures)} of {step.launch.count} failed: "
-            decision = replace(step.decision, reason=reason + failures[0], count=len(started))
-            step = replace(step, decision=decision)
+        step = _partly(step, len(started), failures, step.launch.count, "failed")
         after = {**before, "in_flight": before["in_flight"] + len(started)}
         return Outcome(step, after, detail)
 
@@ -407,10 +404,7 @@ class Controller:
             detail["victims"] = killed
         if not killed:
             return Outcome(step.downgraded(failures[0]), before, detail)
-        if failures:
-            reason = f"{step.decision.reason}; {len(failures)} of {len(step.victims)} not killed: "
-            decision = replace(step.decision, reason=reason + failures[0], count=len(killed))
-            step = replace(step, decision=decision)
+        step = _partly(step, len(killed), failures, len(step.victims), "not killed")
         after = {**before, "daemon_count": before["daemon_count"] - len(killed)}
         return Outcome(step, after, detail)
 
@@ -485,3 +479,13 @@ class Controller:
             else:
                 fresh.append(outcome)
         return folding, fresh
+
+
+def _partly(step: plan.Step, done: int, failures: Sequence[str], of: int, what: str) -> plan.Step:
+    """A step of several launches or kills of which only ``done`` went through: its
+    reason says how many of ``of`` ``what`` and why the first did, its count is ``done``
+    (the step as it was when none failed)."""
+    if not failures:
+        return step
+    reason = f"{step.decision.reason}; {len(failures)} of {of} {what}: {failures[0]}"
+    return replace(step, decision=replace(step.decision, reason=reason, count=done))
