@@ -15,6 +15,7 @@ from psycopg.pq import TransactionStatus
 from lakeshore.store import prepared
 from lakeshore.store.engine import Store
 from lakeshore.store.prepared import Prepared
+from lakeshore.store.statements import PostgresqlStatements, Statements
 from tests.integration.backends import admin_connection, until_active
 
 ECHO = Prepared.of(
@@ -23,6 +24,12 @@ ECHO = Prepared.of(
     " CAST(%(yes)s AS bool), CAST(%(at)s AS timestamptz) = CAST(%(same)s AS timestamptz),"
     " CAST(%(nothing)s AS text), %(word)s = 'it''s 100%%'",
 )
+
+
+def on_connection(held: Statements) -> psycopg.AsyncConnection[Any]:
+    """The psycopg connection PostgreSQL's statements run on."""
+    assert isinstance(held, PostgresqlStatements)
+    return held.connection
 
 
 async def _on(store: Store) -> None:
@@ -58,8 +65,8 @@ async def test_parameters_go_as_text_and_rows_come_back_as_text(store: Store) ->
         "same": at.astimezone(timezone(timedelta(hours=5))),
         "nothing": None,
     }
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         rows = await prepared.fetch(conn, ECHO, parameters)
         again = await prepared.fetch(conn, ECHO, {**parameters, "n": -1, "yes": False})
         assert conn.info.transaction_status == TransactionStatus.IDLE
@@ -72,8 +79,8 @@ async def test_a_parameter_without_a_text_form_is_refused_before_sending(
     store: Store, value: object
 ) -> None:
     await _on(store)
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         with pytest.raises((ValueError, TypeError)):
             await prepared.fetch(conn, Prepared.of("test_one", "SELECT %(v)s"), {"v": value})
         assert conn.info.transaction_status == TransactionStatus.IDLE
@@ -84,8 +91,8 @@ async def test_the_servers_error_is_raised_as_psycopgs_and_the_connection_stays_
 ) -> None:
     await _on(store)
     divide = Prepared.of("test_divide", "SELECT 1 / CAST(%(d)s AS int4)")
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         with pytest.raises(psycopg.errors.DivisionByZero):
             await prepared.fetch(conn, divide, {"d": 0})
         assert await prepared.fetch(conn, divide, {"d": 1}) == [("1",)]
@@ -95,8 +102,8 @@ async def test_the_servers_error_is_raised_as_psycopgs_and_the_connection_stays_
 
 async def test_a_statement_the_server_forgot_is_prepared_again(store: Store) -> None:
     await _on(store)
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         assert await prepared.fetch(conn, ECHO, _echo()) != []
         await conn.execute("DEALLOCATE ALL")  # as a reset of the connection would
         assert (await prepared.fetch(conn, ECHO, _echo()))[0][0] == "again"
@@ -109,15 +116,15 @@ def _echo() -> dict[str, Any]:
 
 async def test_a_lost_connection_is_psycopgs_operational_error(store: Store) -> None:
     await _on(store)
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         pid = conn.info.backend_pid
         with admin_connection(store) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         with pytest.raises(psycopg.OperationalError):
             await prepared.fetch(conn, ECHO, _echo())
-    async with store.statement() as conn:  # the lost one was not kept
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:  # the lost one was not kept
+        conn = on_connection(held)
         assert conn.info.backend_pid != pid
         assert (await prepared.fetch(conn, ECHO, _echo()))[0][0] == "again"
 
@@ -131,8 +138,8 @@ async def test_a_run_cancelled_while_it_waits_leaves_no_busy_connection_behind(
     pids: list[int] = []
 
     async def slow() -> None:
-        async with store.statement() as conn:
-            assert isinstance(conn, psycopg.AsyncConnection)
+        async with store.statement() as held:
+            conn = on_connection(held)
             pids.append(conn.info.backend_pid)
             started.set()
             await prepared.fetch(conn, sleep, {"s": 30})
@@ -146,8 +153,8 @@ async def test_a_run_cancelled_while_it_waits_leaves_no_busy_connection_behind(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    async with asyncio.timeout(10), store.statement() as conn:  # not stuck behind it
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with asyncio.timeout(10), store.statement() as held:  # not stuck behind it
+        conn = on_connection(held)
         assert conn.info.backend_pid != pids[0]
         assert await prepared.fetch(conn, sleep, {"s": 0}) == [("",)]
     with admin_connection(store) as admin:  # cancelled on the server too, not left running
@@ -158,8 +165,8 @@ async def test_an_error_at_the_commit_is_raised_and_nothing_stays(store: Store) 
     """In autocommit the statement's rows come before its commit: an error there (here a
     deferred constraint; a full NOTIFY queue would do the same) is still raised."""
     await _on(store)
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         await conn.execute("CREATE TEMPORARY TABLE deferred (v int)")
         await conn.execute(
             "CREATE FUNCTION pg_temp.refuse() RETURNS trigger LANGUAGE plpgsql"
@@ -180,8 +187,8 @@ async def test_an_error_at_the_commit_is_raised_and_nothing_stays(store: Store) 
 async def test_a_statement_whose_table_changed_is_prepared_again(store: Store) -> None:
     await _on(store)
     read = Prepared.of("test_changed", "SELECT * FROM changed WHERE a = %(a)s")
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         await conn.execute("CREATE TEMPORARY TABLE changed (a int)")
         await conn.execute("INSERT INTO changed VALUES (1)")
         assert await prepared.fetch(conn, read, {"a": 1}) == [("1",)]
@@ -191,8 +198,8 @@ async def test_a_statement_whose_table_changed_is_prepared_again(store: Store) -
 
 async def test_a_nul_in_a_text_parameter_is_refused_not_cut(store: Store) -> None:
     await _on(store)
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         with pytest.raises(psycopg.DataError, match="NUL"):
             await prepared.fetch(conn, ECHO, {**_echo(), "word": "ab\x00cd"})
 

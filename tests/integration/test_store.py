@@ -15,16 +15,18 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, bindparam, func, insert, inspect, select, text
-from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.exc import IntegrityError, OperationalError, StatementError
 
 from lakeshore.domain.queue import parse_spec
 from lakeshore.errors import InvalidInput, StoreUnavailable
 from lakeshore.store import engine as engine_module
 from lakeshore.store import queues as queue_store
+from lakeshore.store import sqlite_statements as sqlite_module
 from lakeshore.store import statements as statements_module
 from lakeshore.store.driver import conninfo
 from lakeshore.store.engine import Store, migrate, parse_url
-from lakeshore.store.statements import SqliteStatements
+from lakeshore.store.sqlite_statements import SqliteStatements
+from lakeshore.store.statements import PostgresqlStatements, Statements
 from lakeshore.store.tables import invocations, metadata, namespaces
 from lakeshore.store.types import UTCDateTime
 from tests.integration.backends import admin_connection, until_active
@@ -308,9 +310,15 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_before_use(
     assert len(pings) == 1
 
 
+def on_connection(held: Statements) -> psycopg.AsyncConnection[Any]:
+    """The psycopg connection PostgreSQL's statements run on."""
+    assert isinstance(held, PostgresqlStatements)
+    return held.connection
+
+
 async def _statement_backend(store: Store) -> int:
-    async with store.statement() as conn:
-        assert isinstance(conn, psycopg.AsyncConnection)
+    async with store.statement() as held:
+        conn = on_connection(held)
         row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
     assert row is not None
     return int(row[0])
@@ -372,8 +380,8 @@ async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
     started = asyncio.Event()
 
     async def slow() -> None:
-        async with store.statement() as conn:
-            assert isinstance(conn, psycopg.AsyncConnection)
+        async with store.statement() as held:
+            conn = on_connection(held)
             started.set()
             await conn.execute("SELECT pg_sleep(30)")
 
@@ -397,17 +405,20 @@ async def test_a_statement_cancelled_mid_way_leaves_no_busy_connection_behind(
 
 async def test_statement_connections_wait_for_a_free_one_then_give_up(store: Store) -> None:
     """PostgreSQL: at most ``size`` connections are out; the next checkout waits for one
-    to come back, and gives up with ConnectionTimeout after ``wait_s``."""
+    to come back, and gives up after ``wait_s`` (psycopg's ConnectionTimeout, raised as
+    SQLAlchemy's OperationalError as every connection error of the store is)."""
     if store.dialect != "postgresql":
         pytest.skip("PostgreSQL's statement connections")
     pool = statements_module.StatementConnections(conninfo(store.engine.url), size=1, wait_s=0.2)
     try:
-        async with pool.connection() as first:
+        async with pool.checkout() as first:
             async with asyncio.timeout(5):  # bounded, should it never give up
-                with pytest.raises(psycopg.errors.ConnectionTimeout, match="was free"):
-                    async with pool.connection():
+                with pytest.raises(OperationalError, match="was free") as refused:
+                    async with pool.checkout():
                         pytest.fail("a second connection was handed out")
-            mine = (await (await first.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
+                assert isinstance(refused.value.orig, psycopg.errors.ConnectionTimeout)
+            raw = first.connection
+            mine = (await (await raw.execute("SELECT pg_backend_pid()")).fetchone() or [0])[0]
             waiting = asyncio.create_task(_backend_of(pool))  # waits for the one that is out
             await asyncio.sleep(0)
         async with asyncio.timeout(5):
@@ -417,8 +428,8 @@ async def test_statement_connections_wait_for_a_free_one_then_give_up(store: Sto
 
 
 async def _backend_of(pool: statements_module.StatementConnections) -> int:
-    async with pool.connection() as conn:
-        row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    async with pool.checkout() as held:
+        row = await (await held.connection.execute("SELECT pg_backend_pid()")).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -427,13 +438,13 @@ async def _backend_of(pool: statements_module.StatementConnections) -> int:
 def threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The thread each SQLite statement's transaction ran on, in order."""
     ran: list[int] = []
-    real = statements_module._transaction
+    real = sqlite_module._transaction
 
     def noted(db: Any, statement: Any, parameters: dict[str, Any]) -> Any:
         ran.append(threading.get_ident())
         return real(db, statement, parameters)
 
-    monkeypatch.setattr(statements_module, "_transaction", noted)
+    monkeypatch.setattr(sqlite_module, "_transaction", noted)
     return ran
 
 
@@ -448,7 +459,7 @@ async def test_a_sqlite_statement_is_one_transaction_on_the_loop_s_own_thread(
     if store.dialect != "sqlite":
         pytest.skip("SQLite's statements")
     await _namespace(store)
-    monkeypatch.setattr(statements_module, "CHECKPOINT_EVERY", 10)
+    monkeypatch.setattr(sqlite_module, "CHECKPOINT_EVERY", 10)
     async with store.statement() as conn:
         assert isinstance(conn, SqliteStatements)
         rows = await conn.execute(
@@ -593,20 +604,20 @@ async def test_a_sqlite_statement_that_fails_writes_nothing_and_leaves_the_lock_
         assert await asyncio.to_thread(stored) == ["ns_a", "ns_b"]
 
         # a transaction its rollback could not end: the connection goes, and its lock
-        real = statements_module._transaction
+        real = sqlite_module._transaction
 
         def stuck(db: Any, compiled: Any, parameters: Any) -> Any:
             db.execute("BEGIN IMMEDIATE")
             raise sqlite3.OperationalError("disk I/O error")
 
-        monkeypatch.setattr(statements_module, "_transaction", stuck)
+        monkeypatch.setattr(sqlite_module, "_transaction", stuck)
         with pytest.raises(sqlite3.OperationalError):
             await statements.execute(row, {})
         assert statements._inline_raw is None
         with contextlib.closing(sqlite3.connect(path, timeout=0)) as other:
             other.execute("BEGIN IMMEDIATE")  # no lock left behind
             other.execute("ROLLBACK")
-        monkeypatch.setattr(statements_module, "_transaction", real)
+        monkeypatch.setattr(sqlite_module, "_transaction", real)
         await statements.execute(insert(namespaces).values(id="ns_c", name="c", created_at=NOW), {})
         assert await asyncio.to_thread(stored) == ["ns_a", "ns_b", "ns_c"]
     finally:

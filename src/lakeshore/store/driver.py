@@ -1,5 +1,5 @@
 """Statements run on psycopg's own connection, for the few hot ones that gain by it (a
-pipeline, an autocommit insert without SQLAlchemy's per-statement work).
+pipeline inside a transaction; a statement of its own, prepared: :mod:`.statements`).
 
 Each is written once, as a SQLAlchemy statement, and compiled here to the text psycopg
 takes, so the statement has one home whichever way it runs.
@@ -7,7 +7,7 @@ takes, so the statement has one home whichever way it runs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
@@ -26,15 +26,10 @@ def psycopg_text(statement: Any) -> tuple[str, dict[str, Any]]:
     return expanded.statement, fixed
 
 
-async def psycopg_of(conn: AsyncConnection | PsycopgConnection[Any]) -> PsycopgConnection[Any]:
-    """The psycopg connection under ``conn`` (PostgreSQL only), in whatever transaction
-    state ``conn`` left it; ``conn`` itself if it is one already (see
-    :meth:`lakeshore.store.engine.Store.statement`)."""
-    if isinstance(conn, PsycopgConnection):
-        return conn
-    driver = (await conn.get_raw_connection()).driver_connection
-    assert isinstance(driver, PsycopgConnection)
-    return driver
+async def psycopg_of(conn: AsyncConnection) -> PsycopgConnection[Any]:
+    """The psycopg connection under ``conn`` (a PostgreSQL store's), in whatever
+    transaction state ``conn`` left it."""
+    return cast("PsycopgConnection[Any]", (await conn.get_raw_connection()).driver_connection)
 
 
 def conninfo(url: URL) -> str:

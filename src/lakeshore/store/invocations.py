@@ -14,13 +14,12 @@ import functools
 import logging
 import operator
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 import orjson
-from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy import (
     ARRAY,
     ColumnElement,
@@ -43,15 +42,15 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines, jsonsafe
-from lakeshore.store import claimable, prepared, tallies, wakeups
-from lakeshore.store.driver import psycopg_text
+from lakeshore.store import claimable, tallies, wakeups
 from lakeshore.store.isolated import isolated
-from lakeshore.store.prepared import Prepared
-from lakeshore.store.statements import SqliteStatements
+from lakeshore.store.statements import OneStatement, Parameters, Statements
 from lakeshore.store.tables import DEFERRED, invocations, queues, stream_items
 
 C = invocations.c
@@ -73,8 +72,8 @@ def _in_order(kind: str, rows: Sequence[RowMapping]) -> list[RowMapping]:
     return sorted(rows, key=lambda r: (r["created_at"], r["id"]), reverse=kind == "filo")
 
 
-def _is_pg(conn: AsyncConnection | PsycopgConnection[Any] | SqliteStatements) -> bool:
-    return isinstance(conn, PsycopgConnection) or conn.dialect.name == "postgresql"
+def _is_pg(conn: AsyncConnection) -> bool:
+    return conn.dialect.name == "postgresql"
 
 
 # The columns a submit writes. One submit's rows share a queue (and what goes with it);
@@ -155,8 +154,6 @@ _INSERT = {dialect: _insert_document(dialect) for dialect in ("postgresql", "sql
 _INSERT_GUARDED = {
     dialect: _insert_document(dialect, guarded=True) for dialect in ("postgresql", "sqlite")
 }
-# the same, prepared on each statement connection and run on libpq (store/prepared.py)
-_GUARDED_PG = Prepared.of("submit", psycopg_text(_INSERT_GUARDED["postgresql"])[0])
 
 
 def json_text(value: Any) -> str:
@@ -167,24 +164,28 @@ def json_text(value: Any) -> str:
     return jsonsafe.stored(value).decode()
 
 
-def _parameters(
-    conn: AsyncConnection | PsycopgConnection[Any] | SqliteStatements,
-    rows: Sequence[dict[str, Any]],
-) -> dict[str, Any]:
+Stamp = Callable[[datetime], Any]
+
+
+def _sqlite_stamp(dialect: Dialect) -> Stamp:
+    """A time as SQLite's column keeps it (text of a fixed width), for a JSON document of
+    rows, as the column's type writes it."""
+    stamp = C.created_at.type.dialect_impl(dialect).bind_processor(dialect)
+    assert stamp is not None, "SQLite keeps a time as the text its type writes"
+    return stamp
+
+
+def _parameters(rows: Sequence[dict[str, Any]], stamp: Stamp | None) -> dict[str, Any]:
     """The statement's parameters: the shared columns, and the rows' own as JSON text
-    (args and kwargs as JSON text of their own)."""
+    (args and kwargs as JSON text of their own). Each row's time is its offset from the
+    first row's (PostgreSQL's statement adds it), or, with ``stamp`` (SQLite, which
+    keeps times as text in the column type's own format), the time ``stamp`` writes."""
     first = rows[0]
     alike = _SHARED_OF(first)
     shared = dict(zip(SHARED, alike, strict=True))
     if any(_SHARED_OF(row) != alike for row in rows):
         raise ValueError(f"the rows of one insert share {', '.join(SHARED)}")
     base = first["created_at"]
-    # SQLite keeps times as text in the column type's own format, row by row
-    stamp = (
-        None
-        if isinstance(conn, PsycopgConnection) or _is_pg(conn)
-        else C.created_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-    )
     items, parameters = [], {**shared, "created_at": base}
     for row in rows:
         item = {name: row[name] for name in OWN}
@@ -202,6 +203,21 @@ def _parameters(
     return {**parameters, "rows": orjson.dumps(items).decode()}
 
 
+def _one_row(stamp: Stamp | None, given: Parameters) -> Parameters:
+    """:data:`_SUBMIT`'s parameters, from ``row`` and ``revision``."""
+    return {**_parameters([given["row"]], stamp), "revision": given["revision"]}
+
+
+# a submit decided on a copy of its queue: one statement, its own transaction
+_SUBMIT = OneStatement(
+    "submit",
+    postgresql=_INSERT_GUARDED["postgresql"],
+    sqlite=_INSERT_GUARDED["sqlite"],
+    for_postgresql=partial(_one_row, None),
+    for_sqlite=partial(_one_row, _sqlite_stamp(sqlite_dialect())),
+)
+
+
 async def insert_many(
     conn: AsyncConnection, rows: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any] | RowMapping]:
@@ -215,8 +231,12 @@ async def insert_many(
         return []
     if any(row["available_at"] != rows[0]["available_at"] for row in rows):
         return await _insert_by_due_time(conn, rows)
-    statement = _INSERT["postgresql" if _is_pg(conn) else "sqlite"]
-    inserted = set((await conn.execute(statement, _parameters(conn, rows))).scalars())
+    pg = _is_pg(conn)
+    stamp = (
+        None if pg else C.created_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+    )
+    statement = _INSERT["postgresql" if pg else "sqlite"]
+    inserted = set((await conn.execute(statement, _parameters(rows, stamp))).scalars())
     by_key: dict[tuple[str, str], dict[str, Any] | RowMapping] = {}
     stored: dict[str, dict[str, Any]] = {}
     for row in rows:
@@ -259,20 +279,14 @@ async def _insert_by_due_time(
 
 
 async def insert_one_at(
-    conn: PsycopgConnection[Any] | SqliteStatements, row: dict[str, Any], revision: int
+    conn: Statements, row: dict[str, Any], revision: int
 ) -> dict[str, Any] | None:
     """Insert ``row`` (as :func:`insert_many` takes it) only while its queue's row is at
     ``revision``, with its wake-up; one statement. Returns the stored row, or ``None``
     when nothing went in: the queue moved on (or is gone), or ``row``'s key is taken.
     What a submit decided from a copy of the queue holds only while the queue is still
     that copy; the caller then takes the full path, which reads the queue."""
-    parameters = {**_parameters(conn, [row]), "revision": revision}
-    inserted: Sequence[Any]
-    if isinstance(conn, SqliteStatements):
-        inserted = [row[0] for row in await conn.execute(_INSERT_GUARDED["sqlite"], parameters)]
-    else:  # on libpq: SQLAlchemy's, then psycopg's cursor's work was most of a submit's
-        assert conn.autocommit, "one statement, its own transaction"
-        inserted = await prepared.fetch(conn, _GUARDED_PG, parameters)
+    inserted = await conn.fetch(_SUBMIT, {"row": row, "revision": revision})
     return {**row, **_UNSET} if inserted else None
 
 
@@ -360,12 +374,15 @@ def _handed_document(dialect: str) -> Any:
     return text(sql).bindparams(*(bindparam(n, type_=C[n].type) for n in times))
 
 
-_HANDED = {dialect: _handed_document(dialect) for dialect in ("postgresql", "sqlite")}
-_HANDED_PG = Prepared.of("submit_handed", psycopg_text(_HANDED["postgresql"])[0])
+_HANDED = OneStatement(
+    "submit_handed",
+    postgresql=_handed_document("postgresql"),
+    sqlite=_handed_document("sqlite"),  # takes no channel: nothing listens on SQLite
+)
 
 
 async def insert_one_handed(
-    conn: PsycopgConnection[Any] | SqliteStatements,
+    conn: Statements,
     row: dict[str, Any],
     revision: int,
     *,
@@ -388,19 +405,11 @@ async def insert_one_handed(
         lease_expires_at=lease_expires_at,
         channel=wakeups.CHANNEL,
     )
-    state: Any
-    if isinstance(conn, SqliteStatements):
-        del parameters["channel"]
-        rows = await conn.execute(_HANDED["sqlite"], parameters)
-        state = rows[0] if rows else None
-    else:
-        assert conn.autocommit, "one statement, its own transaction"
-        found = await prepared.fetch(conn, _HANDED_PG, parameters)
-        state = found[0] if found else None
-    if state is None:
+    found = await conn.fetch(_HANDED, parameters)
+    if not found:
         return None
     stored = {**row, **_UNSET}
-    if state[0] == "running":
+    if found[0][0] == "running":
         stored.update(
             state="running",
             attempts=1,
