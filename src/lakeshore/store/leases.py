@@ -22,15 +22,20 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
+    JSON,
     ColumnElement,
     RowMapping,
     Text,
+    Update,
     and_,
     bindparam,
     case,
+    cast,
+    func,
+    null,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -123,14 +128,14 @@ async def report(
     held = {row[0]: (row[1], row[2]) for row in rows}
     _note(held_rows, rows)
     done, again, failed = _grouped(reports, held, now, states)
+    if done:
+        mark = {"b_worker_id": worker_id, "b_now": now}
+        await conn.execute(_SUCCEED_ONE, [{**params, **mark} for params in done])
     mine = update(invocations).where(
         C.id == bindparam("b_id"), C.worker_id == worker_id, C.state == "running"
     )
     error = bindparam("b_error", type_=C.error.type)
-    if done:
-        result = bindparam("b_result", type_=C.result.type)
-        values = {"state": "succeeded", "result": result, "error": None, "finished_at": now}
-        await conn.execute(mine.values({**values, "lease_expires_at": None}), done)
+    values: dict[str, Any]
     if again:
         at = bindparam("b_at", type_=C.available_at.type)
         values = {"state": "pending", "error": error, "available_at": at, "worker_id": None}
@@ -141,13 +146,39 @@ async def report(
     return states
 
 
-_SUCCEED_MANY = text(
-    "UPDATE invocations AS i SET state = 'succeeded', result = CAST(b.result AS json), "
-    "error = NULL, finished_at = :now, lease_expires_at = NULL "
-    "FROM unnest(CAST(:ids AS text[]), CAST(:results AS text[])) AS b(id, result) "
-    "WHERE i.id = b.id AND i.worker_id = :worker_id AND i.state = 'running' "
-    "RETURNING i.id, i.queue_id, i.started_at"
-).columns(id=Text(), queue_id=Text(), started_at=C.started_at.type)
+def _succeeded(invocation_id: ColumnElement[Any], result: ColumnElement[Any]) -> Update:
+    """The one UPDATE that records a success: the row ``invocation_id`` while worker
+    ``b_worker_id`` holds it, succeeded with ``result``, finished at ``b_now``, its
+    error and lease cleared. Two statements are made of it, which differ only in where
+    each row's id and result come from."""
+    return (
+        update(invocations)
+        .where(C.id == invocation_id, C.worker_id == bindparam("b_worker_id"), C.state == "running")
+        .values(
+            state="succeeded",
+            result=result,
+            error=null(),
+            finished_at=bindparam("b_now", type_=C.finished_at.type),
+            lease_expires_at=null(),
+        )
+    )
+
+
+# PostgreSQL: every success of a report in one statement, the pairs sent as two arrays
+# (the results as the column's text of json, kept as written)
+_BATCH = (
+    func.unnest(
+        cast(bindparam("b_ids"), ARRAY(Text())), cast(bindparam("b_results"), ARRAY(Text()))
+    )
+    .table_valued("id", "result")
+    .render_derived(name="b")
+)
+_SUCCEED_MANY = _succeeded(_BATCH.c.id, cast(_BATCH.c.result, JSON())).returning(
+    C.id, C.queue_id, C.started_at
+)
+# SQLite: one success a row of an executemany, its result bound as the column's type binds
+# it (numbers' text kept as written: store/types.py)
+_SUCCEED_ONE = _succeeded(bindparam("b_id"), bindparam("b_result", type_=C.result.type))
 
 
 async def _succeed_many(
@@ -165,13 +196,12 @@ async def _succeed_many(
     results = {r.invocation_id: r.result for r in reports if r.error is None}
     if results:
         params = {
-            "ids": list(results),
-            "results": [json.dumps(value) for value in results.values()],
-            "now": now,
-            "worker_id": worker_id,
+            "b_ids": list(results),
+            "b_results": [json.dumps(value) for value in results.values()],
+            "b_now": now,
+            "b_worker_id": worker_id,
         }
-        stmt = _SUCCEED_MANY.bindparams(bindparam("now", type_=C.finished_at.type))
-        succeeded = (await conn.execute(stmt, params)).all()
+        succeeded = (await conn.execute(_SUCCEED_MANY, params)).all()
         _note(held_rows, [(i, None, None, queue_id, at) for i, queue_id, at in succeeded])
         states.update((row[0], "succeeded") for row in succeeded)
     return [r for r in reports if r.error is not None and r.invocation_id not in results]
