@@ -232,9 +232,7 @@ async def insert_many(
     if any(row["available_at"] != rows[0]["available_at"] for row in rows):
         return await _insert_by_due_time(conn, rows)
     pg = _is_pg(conn)
-    stamp = (
-        None if pg else C.created_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-    )
+    stamp = None if pg else _sqlite_stamp(conn.dialect)
     statement = _INSERT["postgresql" if pg else "sqlite"]
     inserted = set((await conn.execute(statement, _parameters(rows, stamp))).scalars())
     by_key: dict[tuple[str, str], dict[str, Any] | RowMapping] = {}
