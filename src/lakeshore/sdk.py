@@ -24,19 +24,14 @@ from __future__ import annotations
 
 import builtins
 import functools
-import http.client
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Generic, ParamSpec, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
-import httpx
-from httpx_sse import SSEError, connect_sse
-
-from lakeshore import jsontext, refusals
-from lakeshore.connections import Connections
+from lakeshore import jsontext, refusals, transport
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
 
 P = ParamSpec("P")
@@ -83,9 +78,11 @@ def _remote_exception(error: dict[str, Any]) -> Exception:
 class Client:
     """The server's API from Python: submit (one or many), read, cancel, follow.
 
-    Requests go over kept-alive connections (:mod:`lakeshore.connections`: a submit costs
-    one round trip and little else), safe to share between threads; following a stream
-    opens an SSE client of its own."""
+    Requests go over :mod:`lakeshore.transport` (kept-alive connections: a submit costs
+    one round trip and little else), safe to share between threads. Proxies and
+    certificates are read from the environment as every Lakeshore client reads them
+    (``HTTPS_PROXY``, ``NO_PROXY``, ``LAKESHORE_CA_BUNDLE``…); ``ca`` names a
+    certificate file or directory to trust instead."""
 
     def __init__(
         self,
@@ -95,21 +92,20 @@ class Client:
         *,
         timeout: float = 30.0,
         connections: int = 10,
+        ca: str | None = None,
     ) -> None:
         self.url = (url or os.environ.get("LAKESHORE_URL") or DEFAULT_URL).rstrip("/")
         token = token or os.environ.get("LAKESHORE_TOKEN") or read_local_admin_token()
         self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
-        self._auth = {"Authorization": f"Bearer {token.strip()}"} if token else {}
-        self._timeout = timeout
+        auth = {"Authorization": f"Bearer {token.strip()}"} if token else {}
         # a refused connection is tried once more; nothing that may have reached the
         # server is sent again, so a submit is never made twice by the client
-        self._pool = Connections(self.url, timeout=timeout, size=connections)
-        self._sse: httpx.Client | None = None
+        self._http = transport.connect(
+            self.url, headers=auth, timeout=timeout, size=connections, ca=ca
+        )
 
     def close(self) -> None:
-        self._pool.close()
-        if self._sse is not None:
-            self._sse.close()
+        self._http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -127,20 +123,13 @@ class Client:
         """``method path`` with ``json`` as its body: the answer's JSON, or
         :class:`LakeshoreClientError` with the server's words; ``ConnectionError`` when
         the server cannot be reached."""
-        if params:
-            path = f"{path}?{urlencode(params, doseq=True)}"
-        headers, body = self._auth, None
-        if json is not None:
-            body = jsontext.encoded(json)  # an integer past 64 bits is written as one
-            headers = {**headers, "Content-Type": "application/json"}
         try:
-            status, data = self._pool.request(method, path, body, headers)
-        except (OSError, http.client.HTTPException, UnicodeError) as exc:
-            reason = exc if str(exc) else type(exc).__name__
-            raise ConnectionError(f"cannot reach the server at {self.url}: {reason}") from None
-        if not 200 <= status < 300:
-            _raise(status, data)
-        return jsontext.parsed(data)  # an integer past 64 bits is read as one
+            answer = self._http.request(method, path, json=json, params=params)
+        except transport.Unreachable as exc:
+            raise ConnectionError(f"cannot reach the server at {self.url}: {exc}") from None
+        if not answer.is_success:
+            _raise(answer.status_code, answer.content)
+        return answer.json()  # an integer past 64 bits is read as one
 
     def submit(
         self,
@@ -220,9 +209,9 @@ class Client:
             read = STREAM_READ_S if left is None else min(STREAM_READ_S, left)
             try:
                 return self._end_of(path, read)
-            except httpx.ReadTimeout:
+            except transport.TimedOut:
                 continue  # no word within the read's time: the deadline decides
-            except (httpx.TransportError, SSEError, StreamEndedEarly):
+            except (transport.Unreachable, StreamEndedEarly):
                 failures += 1
                 if failures > STREAM_RECONNECTS:
                     raise
@@ -230,24 +219,14 @@ class Client:
 
     def _end_of(self, path: str, read_s: float) -> dict[str, Any]:
         """One look at a stream, after its last item: the invocation at its end."""
-        with connect_sse(
-            self._follower(),
-            "GET",
-            path,
-            params={"after": LAST_ITEM},
-            timeout=httpx.Timeout(30.0, read=read_s),
-        ) as source:
-            if not source.response.is_success:
-                _raise(source.response.status_code, source.response.read())
-            for event in source.iter_sse():
-                if event.event == "end":
-                    return dict(jsontext.parsed(event.data.encode()))
+        try:
+            with self._http.events(path, params={"after": LAST_ITEM}, read_s=read_s) as events:
+                for event in events:
+                    if event.event == "end":
+                        return dict(jsontext.parsed(event.data.encode()))
+        except transport.Refused as refused:
+            _raise(refused.answer.status_code, refused.answer.content)
         raise StreamEndedEarly(f"the stream of {path} ended before the invocation did")
-
-    def _follower(self) -> httpx.Client:
-        if self._sse is None:
-            self._sse = httpx.Client(base_url=self.url, headers=self._auth, timeout=self._timeout)
-        return self._sse
 
     def follow(
         self, invocation_id: str, *, after: int = -1, reconnects: int = 5
@@ -255,16 +234,14 @@ class Client:
         """The invocation's stream: ``("item", value)`` for each item as it arrives, then
         ``("end", invocation)``. A dropped connection is resumed where it left off."""
         path = self._path("invocations", invocation_id, "stream")
-        timeout = httpx.Timeout(30.0, read=STREAM_READ_S)  # the server pings every 15 s
         failures = 0
         while True:
             try:
-                with connect_sse(
-                    self._follower(), "GET", path, params={"after": after}, timeout=timeout
-                ) as source:
-                    if not source.response.is_success:
-                        _raise(source.response.status_code, source.response.read())
-                    for event in source.iter_sse():
+                # the server pings every 15 s: a longer silence is a dead peer
+                with self._http.events(
+                    path, params={"after": after}, read_s=STREAM_READ_S
+                ) as events:
+                    for event in events:
                         if event.event == "item":
                             after = int(event.id)
                             failures = 0
@@ -272,7 +249,9 @@ class Client:
                         elif event.event == "end":
                             yield "end", jsontext.parsed(event.data.encode())
                             return
-            except (httpx.TransportError, SSEError):
+            except transport.Refused as refused:
+                _raise(refused.answer.status_code, refused.answer.content)
+            except transport.Unreachable:
                 failures += 1
                 if failures > reconnects:
                     raise

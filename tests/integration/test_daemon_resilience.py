@@ -13,6 +13,7 @@ import httpx
 import psutil
 import pytest
 
+from lakeshore import transport
 from tests.conftest import ADMIN, FakeClock
 from tests.integration.daemons import NS, Flaky, alive, daemon_for, eventually, results, submit
 
@@ -79,7 +80,7 @@ async def test_hello_gives_up_after_its_attempts(
     daemon = daemon_for(flaky, "never")
     daemon.config.hello_attempts = 3
 
-    with pytest.raises(httpx.ConnectError):
+    with pytest.raises(transport.Unreachable, match="ConnectError"):
         await daemon.run()
     assert flaky.seen["/hello"] == 3
     # its children started up during the hello, and none outlives it

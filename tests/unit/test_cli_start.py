@@ -10,7 +10,7 @@ from lakeshore.cli.providers import KIND_NAMES
 from lakeshore.providers import KINDS
 
 SERVER_ONLY = ("sqlalchemy", "alembic", "uvicorn", "fastapi", "pydantic_settings", "boto3")
-DAEMON_ONLY = ("aiohttp", "lakeshore.daemon.worker", "lakeshore.daemon.pool")
+DAEMON_ONLY = ("lakeshore.daemon.worker", "lakeshore.daemon.pool")
 
 
 def test_the_cli_starts_without_the_server_stack_or_the_daemons_clients() -> None:

@@ -5,12 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
-from httpx_sse import SSEError, connect_sse
-
-from lakeshore import jsontext, refusals
-
-_JSON = {"Content-Type": "application/json"}
+from lakeshore import jsontext, refusals, transport
 
 
 class CliError(Exception):
@@ -33,8 +28,8 @@ class ApiClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.server = server.rstrip("/")
         try:
-            self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout)
-        except (httpx.InvalidURL, ValueError) as exc:
+            self._http = transport.connect(self.server, headers=headers, timeout=timeout)
+        except ValueError as exc:
             raise CliError(f"not a server URL: {server!r} (--server / LAKESHORE_URL)") from exc
 
     def request(
@@ -47,24 +42,15 @@ class ApiClient:
     ) -> Any:
         try:
             # written as the SDK writes it: a NaN reaches the server, refused by name
-            content, headers = (None, None) if json is None else (jsontext.encoded(json), _JSON)
-            response = self._http.request(
-                method, path, content=content, headers=headers, params=params
-            )
-        except httpx.ConnectError as exc:
-            raise CliError(
-                f"cannot reach the Lakeshore server at {self.server} ({exc}); "
-                "is `lakeshore server` running? (--server / LAKESHORE_URL)"
-            ) from exc
-        except httpx.TimeoutException as exc:
+            answer = self._http.request(method, path, json=json, params=params)
+        except transport.TimedOut as exc:
             raise CliError(f"the server at {self.server} did not answer in time") from exc
-        except httpx.HTTPError as exc:
-            # the message of a protocol error can quote headers, the token among them
-            raise CliError(f"request to {self.server} failed ({type(exc).__name__})") from exc
-        if response.is_success:
+        except transport.Unreachable as exc:
+            raise CliError(_unreachable(self.server, exc)) from exc
+        if answer.is_success:
             # read as the server reads (an integer past 64 bits stays one)
-            return jsontext.parsed(response.content) if response.content else None
-        raise CliError(_refusal(response), status=response.status_code)
+            return answer.json() if answer.content else None
+        raise CliError(_refusal(answer), status=answer.status_code)
 
     def every_page(self, path: str, key: str, *, params: dict[str, Any] | None = None) -> list[Any]:
         """All the rows of a paged list (``{key: [...], "next_cursor"}``): each page in
@@ -83,28 +69,34 @@ class ApiClient:
 
     def events(self, path: str, *, params: dict[str, Any] | None = None) -> Iterator[Any]:
         """Server-sent events from ``path``: (event, id, data as JSON) as they arrive."""
-        timeout = httpx.Timeout(30.0, read=60.0)  # the server pings every 15 s
         try:
-            with connect_sse(self._http, "GET", path, params=params, timeout=timeout) as source:
-                if not source.response.is_success:
-                    source.response.read()
-                    raise CliError(_refusal(source.response), status=source.response.status_code)
-                for event in source.iter_sse():
+            # the server pings every 15 s: a minute's silence is a dead peer
+            with self._http.events(path, params=params, read_s=60.0) as events:
+                for event in events:
                     yield event.event, event.id, jsontext.parsed(event.data.encode())
-        except httpx.ConnectError as exc:
-            raise CliError(
-                f"cannot reach the Lakeshore server at {self.server} ({exc}); "
-                "is `lakeshore server` running? (--server / LAKESHORE_URL)"
-            ) from exc
-        except (httpx.HTTPError, SSEError, ValueError) as exc:
+        except transport.Refused as refused:
+            answer = refused.answer
+            raise CliError(_refusal(answer), status=answer.status_code) from None
+        except transport.Unreachable as exc:
+            if "Connect" in str(exc):
+                raise CliError(_unreachable(self.server, exc)) from exc
+            raise CliError(f"the stream from {self.server} broke ({exc})") from exc
+        except ValueError as exc:
             raise CliError(f"the stream from {self.server} broke ({type(exc).__name__})") from exc
 
     def close(self) -> None:
         self._http.close()
 
 
-def _refusal(response: httpx.Response) -> str:
-    refusal = refusals.read(response.status_code, response.content)
+def _unreachable(server: str, exc: transport.Unreachable) -> str:
+    return (
+        f"cannot reach the Lakeshore server at {server} ({exc}); "
+        "is `lakeshore server` running? (--server / LAKESHORE_URL)"
+    )
+
+
+def _refusal(answer: transport.Answer) -> str:
+    refusal = refusals.read(answer.status_code, answer.content)
     if not refusal.enveloped:
         return str(refusal)
     hint = " (set --token / LAKESHORE_TOKEN)" if refusal.status == 401 else ""

@@ -10,10 +10,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import httpx
 import typer
 
-from lakeshore import logs, runtime
+from lakeshore import logs, runtime, transport
 from lakeshore.cli import context, exiting, output, verbs
 from lakeshore.cli.client import CliError
 from lakeshore.cli.server import Format, LogFormat
@@ -196,8 +195,7 @@ def run(
     loop), sharing its memory. On SIGTERM or Ctrl-C it stops claiming, finishes what it
     holds, and exits.
     """
-    # here, not at the top: every other command would import the daemon's clients
-    # (aiohttp alone is ~0.1 s of a command's start)
+    # here, not at the top: every other command would import the daemon's modules
     from lakeshore.daemon import runner as runner_module
     from lakeshore.daemon.pool import PoolConfig
     from lakeshore.daemon.worker import Daemon, DaemonConfig, DaemonError
@@ -217,7 +215,7 @@ def run(
             runner_module.check_preload(module)
         except Exception as exc:  # whatever a module raises at import
             raise CliError(f"cannot preload {module}: {type(exc).__name__}: {exc}") from exc
-    logs.setup(log_format.value)  # httpx's line per request left out
+    logs.setup(log_format.value)
     config = DaemonConfig(
         server=cli.server,
         token=token.strip(),
@@ -246,7 +244,7 @@ def run(
         on_fastest_loop(daemon.run(own_process=True))
     except DaemonError as exc:
         raise CliError(str(exc)) from exc
-    except httpx.TransportError as exc:
+    except transport.Unreachable as exc:
         raise CliError(f"cannot reach the Lakeshore server at {cli.server} ({exc})") from exc
     summary = f"daemon stopped: {daemon.completed} succeeded, {daemon.failed} failed"
     if log_format is Format.text:

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.live import Live
 from rich.table import Table
 
+from lakeshore import transport
 from lakeshore.cli import output
-from lakeshore.cli.client import CliError
+from lakeshore.cli.client import ApiClient, CliError
 
 QUEUE = "demo"
 FN = "lakeshore.examples:render_tile"
@@ -105,8 +105,11 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, data_dir: Path) ->
         if process.poll() is not None:
             log = (data_dir / "server.log").read_text(errors="replace")[-2000:]
             raise CliError(f"lakeshore up exited ({process.returncode}):\n{log}")
-        with contextlib.suppress(httpx.TransportError, OSError):
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+        with (
+            contextlib.suppress(transport.Unreachable, OSError),
+            transport.connect(url, timeout=1) as http,
+        ):
+            if http.request("GET", "/healthz").status_code == 200:
                 return token_file.read_text().strip()
         time.sleep(0.2)
     raise CliError(f"the demo server did not start within {START_TIMEOUT_S:.0f} s")
@@ -152,7 +155,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
-def _setup(http: httpx.Client, invocations: int, max_daemons: int, seconds: float) -> None:
+def _setup(http: ApiClient, invocations: int, max_daemons: int, seconds: float) -> None:
     queue = {
         "name": QUEUE,
         "description": "lakeshore demo: renders tiles on an elastic fleet",
@@ -160,18 +163,18 @@ def _setup(http: httpx.Client, invocations: int, max_daemons: int, seconds: floa
         "providerRef": "local",
         "daemonTemplate": {"capacity": 2},
     }
-    http.post("/v1/namespaces/default/queues", json=queue).raise_for_status()
+    http.request("POST", "/v1/namespaces/default/queues", json=queue)
     for first in range(0, invocations, 1000):
         batch = [
             {"fn": FN, "args": [tile], "kwargs": {"seconds": seconds}}
             for tile in range(first, min(invocations, first + 1000))
         ]
         path = f"/v1/namespaces/default/queues/{QUEUE}/invocations/batch"
-        http.post(path, json={"invocations": batch}).raise_for_status()
+        http.request("POST", path, json={"invocations": batch})
 
 
-def _poll(http: httpx.Client, progress: Progress) -> None:
-    explain = http.get(f"/v1/namespaces/default/queues/{QUEUE}/explain").json()
+def _poll(http: ApiClient, progress: Progress) -> None:
+    explain = http.request("GET", f"/v1/namespaces/default/queues/{QUEUE}/explain")
     progress.now = explain["now"]
     progress.peak = max(progress.peak, int(progress.now.get("daemonCount", 0)))
     latest = explain.get("latest")
@@ -179,12 +182,12 @@ def _poll(http: httpx.Client, progress: Progress) -> None:
         progress.latest = f"{latest['action']}: {latest['reason']}"
 
 
-def _events(http: httpx.Client) -> list[dict[str, Any]]:
+def _events(http: ApiClient) -> list[dict[str, Any]]:
     """The scale decisions, once the last kill's event is written (it lands just after the
     fleet reads zero)."""
     path = f"/v1/namespaces/default/queues/{QUEUE}/events"
     for _ in range(20):
-        events: list[dict[str, Any]] = http.get(path, params={"limit": 100}).json()["events"]
+        events: list[dict[str, Any]] = http.request("GET", path, params={"limit": 100})["events"]
         ups = sum(1 for e in events if e["action"] == "scale_up")
         if sum(1 for e in events if e["action"] == "scale_down") >= ups:
             break
@@ -192,7 +195,7 @@ def _events(http: httpx.Client) -> list[dict[str, Any]]:
     return events
 
 
-def _summary(http: httpx.Client, progress: Progress, elapsed: float) -> None:
+def _summary(http: ApiClient, progress: Progress, elapsed: float) -> None:
     events = _events(http)
     by_state = progress.now.get("byState", {})
     output.console.print()
@@ -258,17 +261,19 @@ def _run(
             f"watch it in a browser: {url}/ui/ns/default/queues/{QUEUE} "
             f"(sign in with this demo's admin token: {token})"
         )
-        headers = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
+        http = ApiClient(url, token)
+        try:
             _setup(http, invocations, max_daemons, seconds)
             progress = Progress(total=invocations)
             settled = _watch(http, progress, timeout)
             _summary(http, progress, time.monotonic() - progress.started)
+        finally:
+            http.close()
         if stay:
             _stay(url)
         if not settled:
             raise CliError(f"the demo did not settle within {timeout:.0f} s (logs: {scratch})")
-    except httpx.HTTPError as exc:
+    except CliError as exc:
         raise CliError(f"the demo server failed: {exc} (logs: {scratch})") from exc
     finally:
         with _signals(signal.SIG_IGN):  # bounded (STOP_TIMEOUT_S, then SIGKILL): never cut short
@@ -288,7 +293,7 @@ def _stay(url: str) -> None:
             time.sleep(3600)
 
 
-def _watch(http: httpx.Client, progress: Progress, timeout: float) -> bool:
+def _watch(http: ApiClient, progress: Progress, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     live = output.console.is_terminal
     printed = 0.0

@@ -24,10 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import orjson
 
-from lakeshore import jsontext, logs, refusals
+from lakeshore import jsontext, logs, refusals, transport
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -60,7 +59,7 @@ class Reporter:
 
     def __init__(
         self,
-        http: httpx.AsyncClient,
+        http: transport.AsyncTransport,
         path: Callable[[], str],
         *,
         free_after: Callable[[int], int],
@@ -147,15 +146,15 @@ class Reporter:
                 )
         self._settle(batch, outcomes, Answer(NOT_HELD))
 
-    async def _post(self, batch: list[_Pending]) -> httpx.Response | None:
+    async def _post(self, batch: list[_Pending]) -> transport.Answer | None:
         results = b",".join(item.encoded for item in batch)
         claim = max(0, self.free_after(len(batch)))
         for attempt in range(ATTEMPTS):
             body = b'{"results":[%b],"claim":%d}' % (results, claim)
             began = asyncio.get_running_loop().time()
             try:
-                response = await self.http.post(self.path(), content=body, headers=_JSON)
-            except httpx.TransportError as exc:
+                response = await self.http.request("POST", self.path(), body=body, headers=_JSON)
+            except transport.Unreachable as exc:
                 log.warning("report failed (%s); retrying", exc)
             else:
                 if response.status_code != 429 and response.status_code < 500:
@@ -187,7 +186,7 @@ def encode(value: Any) -> bytes:
         return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
 
 
-def _refusal(response: httpx.Response | None) -> Answer:
+def _refusal(response: transport.Answer | None) -> Answer:
     """What a whole batch refused (or never answered) means for each of its items."""
     if response is None:
         return Answer(UNDELIVERED)

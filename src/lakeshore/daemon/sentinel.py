@@ -197,26 +197,24 @@ class _Watch:
     def report(self) -> None:
         if self.worker is None:  # it died before its hello: it held nothing
             return
-        # only now: a sentinel whose daemon lives never needs it. httpx alone, as the
-        # daemon's httpx client is made (its certificates, SSL_CERT_FILE / SSL_CERT_DIR,
-        # the environment's proxies), not the claim's aiohttp: its import would double
-        # the time from the daemon's death to the report
-        import httpx
+        # only now: a sentinel whose daemon lives never needs it. The daemon's transport
+        # (its certificates and the environment's proxies, read the same way)
+        from lakeshore import transport
 
         worker, server = self.worker, str(self.worker["server"]).rstrip("/")
-        url = f"{server}/v1/workers/{worker['worker']}/crashed"
+        path = f"/v1/workers/{worker['worker']}/crashed"
         body = {"started": sorted(self.begun), "session": worker["session"]}
         headers = {"Authorization": f"Bearer {worker['token']}"}
         until = time.monotonic() + min(REPORT_FOR_S, float(worker.get("lease_s") or 30.0))
         wait_s = 0.2
-        with httpx.Client(headers=headers, timeout=10.0) as http:
+        with transport.connect(server, headers=headers, timeout=10.0) as http:
             while True:
                 try:
-                    answer = http.post(url, json=body)
+                    answer = http.request("POST", path, json=body)
                     if answer.status_code != 429 and answer.status_code < 500:
                         _say(f"daemon of worker {worker['worker']} died: {answer.text}")
                         return
-                except httpx.HTTPError:
+                except transport.Unreachable:
                     pass
                 if time.monotonic() + wait_s > until:
                     _say("could not report the daemon's death; its leases will expire")

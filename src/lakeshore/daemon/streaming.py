@@ -14,9 +14,7 @@ import logging
 import threading
 from typing import Any
 
-import httpx
-
-from lakeshore import jsontext, refusals
+from lakeshore import jsontext, refusals, transport
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -26,7 +24,7 @@ _END = object()
 
 
 class ItemSender:
-    def __init__(self, http: httpx.AsyncClient, path: str) -> None:
+    def __init__(self, http: transport.AsyncTransport, path: str) -> None:
         self.http = http
         self.path = path
         self.sent = 0
@@ -92,8 +90,8 @@ class ItemSender:
         encoded = jsontext.encoded({"seq": self.sent, "items": items})  # big ints kept
         for attempt in range(30):
             try:
-                response = await self.http.post(self.path, content=encoded, headers=_JSON)
-            except httpx.TransportError as exc:
+                response = await self.http.request("POST", self.path, body=encoded, headers=_JSON)
+            except transport.Unreachable as exc:
                 log.warning("stream post failed (%s); retrying", exc)
                 await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
                 continue
@@ -108,6 +106,6 @@ class ItemSender:
         self.error = {"type": "StreamUnavailable", "message": "the server took no items"}
 
 
-def _message(response: httpx.Response) -> str:
+def _message(response: transport.Answer) -> str:
     refusal = refusals.read(response.status_code, response.content)
     return refusal.message if refusal.enveloped else str(refusal)

@@ -23,16 +23,13 @@ import contextlib
 import logging
 import secrets
 import signal
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from lakeshore import jsontext, logs, refusals
+from lakeshore import jsontext, logs, refusals, transport
 from lakeshore.daemon import linux, runner
-from lakeshore.daemon.longpoll import ClaimAnswer, LongPoll, tls_context
 from lakeshore.daemon.pool import Pool, PoolConfig
 from lakeshore.daemon.prefetch import Prefetch
 from lakeshore.daemon.reporter import Reporter
@@ -41,8 +38,10 @@ from lakeshore.daemon.streaming import ItemSender
 from lakeshore.daemon.threads import ThreadRun, Threads
 from lakeshore.domain import runners as daemon_runners
 
+if TYPE_CHECKING:
+    import httpx
+
 log = logging.getLogger("lakeshore.daemon")
-Reply = httpx.Response | ClaimAnswer  # a claim's answer: over the longpoll, or a transport's
 
 
 @dataclass
@@ -65,7 +64,8 @@ class DaemonConfig:
     hello_attempts: int = 30
     pool: PoolConfig = field(default_factory=PoolConfig)  # the children that run invocations
     retry_s: float = 1.0  # first wait after a failed request; doubles up to 5 s
-    transport: httpx.AsyncBaseTransport | None = None  # tests serve the API in-process
+    # an httpx transport that serves the API in-process (tests), instead of the network
+    transport: httpx.AsyncBaseTransport | None = None
 
 
 @dataclass
@@ -91,7 +91,7 @@ class Daemon:
     session: str = field(default_factory=lambda: secrets.token_hex(8))  # this process's hello
     pool: Pool | None = None  # the process runner's children
     threads: Threads | None = None  # the thread runner
-    longpoll: LongPoll | None = None  # claims, unless a transport was given
+    http: transport.AsyncTransport = field(init=False)  # every request to the server
 
     async def run(self, *, own_process: bool = False) -> int:
         """Serve until stopped (``stop``, SIGTERM/SIGINT when ``own_process``, retired,
@@ -131,24 +131,12 @@ class Daemon:
         self.executor = ThreadPoolExecutor(self.config.capacity, thread_name_prefix="run")
         headers = {"Authorization": f"Bearer {self.config.token}"}
         read_s = self.config.claim_timeout_s + 10.0
-        timeout = httpx.Timeout(10.0, read=read_s)
         if self.pool is not None:  # the children start up while the daemon says hello
             self.pool.warm(_warm_children(self.config.capacity, self.config.pool))
-        tls = tls_context(self.config.server)  # one for both clients
-        # claims over aiohttp (see .longpoll), unless a transport of the caller's serves
-        # every request (an app driven in-process)
-        if self.config.transport is None:
-            self.longpoll = LongPoll(self.config.server, self.config.token, read_s, tls)
-        async with (
-            contextlib.aclosing(self.longpoll) if self.longpoll else contextlib.nullcontext(),
-            httpx.AsyncClient(
-                base_url=self.config.server,
-                headers=headers,
-                timeout=timeout,
-                verify=tls,
-                transport=self.config.transport,
-            ) as http,
-        ):
+        # claims, hellos, reports, heartbeats and streamed items: one transport
+        async with transport.aconnect(
+            self.config.server, headers=headers, read_s=read_s, via=self.config.transport
+        ) as http:
             self.http = http
             info = await self._hello()
             self.worker_id = info["id"]
@@ -170,7 +158,7 @@ class Daemon:
             with logs.bound(worker=self.worker_id):  # every later line names the worker
                 return await self._serve_as(http, info)
 
-    async def _serve_as(self, http: httpx.AsyncClient, info: dict[str, Any]) -> int:
+    async def _serve_as(self, http: transport.AsyncTransport, info: dict[str, Any]) -> int:
         """Serve once registered: heartbeats, reports, claims, then drain and leave."""
         beat = asyncio.create_task(self._heartbeat(info["heartbeat_s"]), name="heartbeat")
         self.reporter = Reporter(
@@ -206,7 +194,7 @@ class Daemon:
             response = await self.http.post(f"/v1/workers/{self.worker_id}/bye")
             if response.is_success and response.json()["released"]:
                 log.info("handed back %d invocation(s)", response.json()["released"])
-        except httpx.HTTPError as exc:
+        except transport.Unreachable as exc:
             log.warning("could not say goodbye (%s); leases will expire", exc)
 
     async def _hello(self) -> dict[str, Any]:
@@ -232,7 +220,7 @@ class Daemon:
         while True:
             try:
                 response = await self.http.post("/v1/workers/hello", json=body)
-            except httpx.TransportError as exc:
+            except transport.Unreachable as exc:
                 if failures >= self.config.hello_attempts - 1 or self._orphaned():
                     raise
                 log.warning("hello failed (%s); retrying", exc)
@@ -273,7 +261,7 @@ class Daemon:
             response = await self._ask(wait, free)
             if response == _STOP:
                 return
-            if not isinstance(response, (httpx.Response, ClaimAnswer)):
+            if not isinstance(response, transport.Answer):
                 await self._sleep(self._backoff(failures))
                 failures += 1
                 continue
@@ -283,7 +271,7 @@ class Daemon:
                 return
             look = None if answer["invocations"] else answer
 
-    async def _ask(self, wait: float, free: int) -> Reply | str | None:
+    async def _ask(self, wait: float, free: int) -> transport.Answer | str | None:
         """One claim: its answer, None to retry after a back-off (the server is away or
         overloaded), or ``_STOP`` (stopping, or orphaned)."""
         self.polling = True
@@ -291,7 +279,7 @@ class Daemon:
             response = await self._post_or_stop(
                 f"/v1/workers/{self.worker_id}/claim", {"timeout_s": wait, "max": free}
             )
-        except httpx.TransportError as exc:
+        except transport.Unreachable as exc:
             log.warning("claim failed (%s); retrying", exc)
             return _STOP if self._orphaned() else None
         finally:
@@ -304,7 +292,7 @@ class Daemon:
             return None
         return response
 
-    async def _take(self, response: Reply) -> dict[str, Any] | None:
+    async def _take(self, response: transport.Answer) -> dict[str, Any] | None:
         """Start what a claim returned and hand back the answer; None when the daemon
         should stop claiming."""
         if response.status_code == 410:
@@ -346,20 +334,16 @@ class Daemon:
         self.running.pop(task.get_name(), None)
         self.prefetched.discard(task.get_name())  # cancelled before it ever ran
 
-    async def _post_or_stop(self, path: str, body: dict[str, Any]) -> Reply | None:
-        """A request that gives way to a stop signal (the claim long-poll, over
-        :attr:`longpoll` when there is one)."""
-        post: Coroutine[Any, Any, Reply] = (
-            self.longpoll.post(path, body) if self.longpoll else self.http.post(path, json=body)
-        )
-        request = asyncio.create_task(post)
+    async def _post_or_stop(self, path: str, body: dict[str, Any]) -> transport.Answer | None:
+        """A request that gives way to a stop signal (the claim long-poll)."""
+        request = asyncio.create_task(self.http.post(path, body))
         stopping = asyncio.create_task(self.stop.wait())
         done, _ = await asyncio.wait({request, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if request in done:
             stopping.cancel()
             return request.result()
         request.cancel()
-        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+        with contextlib.suppress(asyncio.CancelledError, transport.Unreachable):
             await request
         return None
 
@@ -412,7 +396,7 @@ class Daemon:
                         task = self.running.get(invocation_id)
                         if task is not None:
                             task.cancel()  # cancelled, or the lease was lost
-            except httpx.HTTPError as exc:
+            except transport.Unreachable as exc:
                 log.warning("heartbeat failed: %s", exc)
                 self._orphaned()
             except Exception:  # a malformed answer must not end the heartbeat
@@ -543,12 +527,12 @@ class DaemonError(Exception):
     pass
 
 
-def _transient(response: Reply) -> bool:
+def _transient(response: transport.Answer) -> bool:
     """A refusal worth retrying: the server is overloaded, restarting, or its store is down."""
     return response.status_code == 429 or response.status_code >= 500
 
 
-def _raise_for(response: Reply) -> None:
+def _raise_for(response: transport.Answer) -> None:
     if response.is_success:
         return
     message = refusals.read(response.status_code, response.content).message
