@@ -22,17 +22,22 @@ import path. Calling ``embed(...)`` directly still runs it here. ``Client`` read
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import functools
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from lakeshore import jsontext, refusals, transport
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
+
+if TYPE_CHECKING:
+    from lakeshore.async_client import AsyncClient, AsyncHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -114,8 +119,7 @@ class Client:
         self.close()
 
     def _path(self, *segments: str) -> str:
-        parts = [self.namespace, *segments]
-        return "/v1/namespaces/" + "/".join(quote(part, safe="") for part in parts)
+        return namespace_path(self.namespace, *segments)
 
     def request(
         self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
@@ -146,8 +150,7 @@ class Client:
     ) -> Handle[Any]:
         """Submit one call; ``delay_s`` or ``not_before`` (not both) holds it back until
         then (at most a year ahead)."""
-        body = _submit_body(fn, args, kwargs, key, max_attempts, timeout_s)
-        body.update(_delay(delay_s, not_before))
+        body = submit_body(fn, args, kwargs, key, max_attempts, timeout_s, delay_s, not_before)
         created = self.request("POST", self._path("queues", queue, "invocations"), json=body)
         return Handle(self, created["id"])
 
@@ -167,24 +170,9 @@ class Client:
         handles come back in the calls' order."""
         path = self._path("queues", queue, "invocations", "batch") + "?answer=ids"
         handles: list[Handle[Any]] = []
-        batch: list[dict[str, Any]] = []
-
-        def send() -> None:
+        for batch in batches(fn, args_list, kwargs_list, max_attempts, timeout_s):
             answer = self.request("POST", path, json={"invocations": batch})
             handles.extend(Handle(self, item["id"]) for item in answer["invocations"])
-            batch.clear()
-
-        calls: Iterable[tuple[Sequence[Any], dict[str, Any] | None]] = (
-            ((args, None) for args in args_list)
-            if kwargs_list is None
-            else zip(args_list, kwargs_list, strict=True)
-        )
-        for args, kwargs in calls:
-            batch.append(_submit_body(fn, args, kwargs, None, max_attempts, timeout_s))
-            if len(batch) == BATCH_MAX:
-                send()
-        if batch:
-            send()
         return handles
 
     def get(self, invocation_id: str) -> dict[str, Any]:
@@ -202,11 +190,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         failures = 0
         while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"invocation {invocation_id} has not ended after {timeout} s")
-            # the server pings every 15 s: a read that waits longer means a dead peer
-            read = STREAM_READ_S if left is None else min(STREAM_READ_S, left)
+            read = read_bound(deadline, invocation_id, timeout)
             try:
                 return self._end_of(path, read)
             except transport.TimedOut:
@@ -215,7 +199,7 @@ class Client:
                 failures += 1
                 if failures > STREAM_RECONNECTS:
                     raise
-            time.sleep(min(2.0, 0.1 * 2**failures))
+            time.sleep(reconnect_pause(failures))
 
     def _end_of(self, path: str, read_s: float) -> dict[str, Any]:
         """One look at a stream, after its last item: the invocation at its end."""
@@ -255,7 +239,7 @@ class Client:
                 failures += 1
                 if failures > reconnects:
                     raise
-                time.sleep(min(2.0, 0.1 * 2**failures))
+                time.sleep(reconnect_pause(failures))
 
 
 class Handle(Generic[R]):
@@ -298,19 +282,68 @@ STREAM_READ_S = 60.0  # the longest read of a stream (the server pings every 15 
 STREAM_RECONNECTS = 5
 
 
-def _submit_body(
+def namespace_path(namespace: str, *segments: str) -> str:
+    """The API's path of ``segments`` in ``namespace``, each segment quoted."""
+    parts = [namespace, *segments]
+    return "/v1/namespaces/" + "/".join(quote(part, safe="") for part in parts)
+
+
+def submit_body(
     fn: str,
     args: Sequence[Any],
     kwargs: dict[str, Any] | None,
     key: str | None,
     max_attempts: int | None,
     timeout_s: float | None,
+    delay_s: float | None = None,
+    not_before: datetime | None = None,
 ) -> dict[str, Any]:
+    """One submit's body, as both clients send it."""
     body: dict[str, Any] = {"fn": fn, "args": list(args), "kwargs": kwargs or {}}
     for name, value in (("key", key), ("max_attempts", max_attempts), ("timeout_s", timeout_s)):
         if value is not None:
             body[name] = value
+    body.update(_delay(delay_s, not_before))
     return body
+
+
+def batches(
+    fn: str,
+    args_list: Iterable[Sequence[Any]],
+    kwargs_list: Iterable[dict[str, Any]] | None,
+    max_attempts: int | None,
+    timeout_s: float | None,
+) -> Iterator[list[dict[str, Any]]]:
+    """The bodies of ``fn``'s calls (``args_list``, with ``kwargs_list``'s item by item),
+    :data:`BATCH_MAX` to a batch, in order; ``ValueError`` when the lengths differ."""
+    calls: Iterable[tuple[Sequence[Any], dict[str, Any] | None]] = (
+        ((args, None) for args in args_list)
+        if kwargs_list is None
+        else zip(args_list, kwargs_list, strict=True)
+    )
+    batch: list[dict[str, Any]] = []
+    for args, kwargs in calls:
+        batch.append(submit_body(fn, args, kwargs, None, max_attempts, timeout_s))
+        if len(batch) == BATCH_MAX:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def read_bound(deadline: float | None, invocation_id: str, timeout: float | None) -> float:
+    """How long the next read of an invocation's stream may wait (the server pings every
+    15 s: a longer silence means a dead peer), or ``TimeoutError`` once ``deadline`` (of
+    ``time.monotonic``) has passed."""
+    left = None if deadline is None else deadline - time.monotonic()
+    if left is not None and left <= 0:
+        raise TimeoutError(f"invocation {invocation_id} has not ended after {timeout} s")
+    return STREAM_READ_S if left is None else min(STREAM_READ_S, left)
+
+
+def reconnect_pause(failures: int) -> float:
+    """The pause before a stream's next try, after ``failures`` in a row."""
+    return float(min(2.0, 0.1 * 2**failures))
 
 
 def _delay(delay_s: float | None, not_before: datetime | None) -> dict[str, Any]:
@@ -326,10 +359,14 @@ def _delay(delay_s: float | None, not_before: datetime | None) -> dict[str, Any]
     return {}
 
 
-def _raise(status: int, data: bytes) -> None:
+def refused(status: int, data: bytes) -> LakeshoreClientError:
     """The server's refusal as :class:`LakeshoreClientError`."""
     refusal = refusals.read(status, data)
-    raise LakeshoreClientError(status, refusal.code, refusal.message)
+    return LakeshoreClientError(status, refusal.code, refusal.message)
+
+
+def _raise(status: int, data: bytes) -> NoReturn:
+    raise refused(status, data)
 
 
 def outcome(info: dict[str, Any]) -> Any:
@@ -359,27 +396,49 @@ class UDF(Generic[P, R]):
         self.max_attempts, self.timeout_s = max_attempts, timeout_s
         self.setup = setup
         self._client = client
+        self._aclient: AsyncClient | None = None  # asubmit's and amap's, when bound
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )  # otherwise one of the environment's for each event loop
         self.path = f"{func.__module__}:{func.__qualname__}"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
-    def bind(self, client: Client) -> UDF[P, R]:
-        """The same UDF, submitting through ``client``."""
-        return UDF(
+    def bind(self, client: Client | AsyncClient) -> UDF[P, R]:
+        """The same UDF, submitting through ``client``: a :class:`Client` for ``submit``
+        and ``map``, an :class:`~lakeshore.async_client.AsyncClient` for ``asubmit`` and
+        ``amap``."""
+        bound = UDF(
             self.func,
             self.queue,
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
-            client=client,
+            client=client if isinstance(client, Client) else self._client,
             setup=self.setup,
         )
+        bound._aclient = self._aclient if isinstance(client, Client) else client
+        return bound
 
     @property
     def client(self) -> Client:
         if self._client is None:
             self._client = Client()
         return self._client
+
+    @property
+    def aclient(self) -> AsyncClient:
+        """The async client ``asubmit`` and ``amap`` go through: the bound one, else one
+        made from the environment for the running event loop."""
+        if self._aclient is not None:
+            return self._aclient
+        from lakeshore.async_client import AsyncClient
+
+        loop = asyncio.get_running_loop()
+        made = self._aclients.get(loop)
+        if made is None:
+            made = self._aclients[loop] = AsyncClient()
+        return made
 
     def submit(
         self,
@@ -417,6 +476,40 @@ class UDF(Generic[P, R]):
             self.path,
             args_list,
             kwargs_list,
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+        )
+
+    async def asubmit(
+        self,
+        *args: Any,
+        _key: str | None = None,
+        _delay: float | None = None,
+        _not_before: datetime | None = None,
+        **kwargs: Any,
+    ) -> AsyncHandle[R]:
+        """:meth:`submit` from an event loop: ``await f.asubmit(...)``."""
+        self._require_importable()
+        return await self.aclient.submit(
+            self.queue,
+            self.path,
+            args,
+            kwargs,
+            key=_key,
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+            delay_s=_delay,
+            not_before=_not_before,
+        )
+
+    async def amap(self, *iterables: Iterable[Any]) -> list[AsyncHandle[R]]:
+        """:meth:`map` from an event loop: ``await f.amap(xs)``, 1,000 calls to a request;
+        wait for them with :func:`lakeshore.agather`."""
+        self._require_importable()
+        return await self.aclient.submit_many(
+            self.queue,
+            self.path,
+            zip(*iterables, strict=False),
             max_attempts=self.max_attempts,
             timeout_s=self.timeout_s,
         )

@@ -3,6 +3,7 @@ and a daemon killed mid-invocation loses nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -395,6 +396,59 @@ def test_the_sdk_submits_and_gets_results_and_remote_errors(
         assert pending.state() == "cancelled"
 
 
+def test_the_async_client_submits_streams_and_gathers(
+    server: LakeshoreServer, tmp_path: Path
+) -> None:
+    """AsyncClient through the path a user takes: a real server, a real daemon, the
+    same answers as the blocking Client (results, remote errors, streams, refusals,
+    integers past 64 bits), and a @udf's asubmit and amap."""
+    import lakeshore
+    from lakeshore import RemoteError
+    from lakeshore.sdk import LakeshoreClientError
+    from tests import udfs
+
+    async def scenario() -> None:
+        async with lakeshore.AsyncClient(server.url, server.admin_token) as client:
+            cube, divide = udfs.cube.bind(client), udfs.divide.bind(client)
+            one = await cube.asubmit(3)
+            keyed = await cube.asubmit(2, _key=f"async-two-{server.backend}")
+            again = await cube.asubmit(2, _key=f"async-two-{server.backend}")
+            assert keyed.id == again.id
+            many = await cube.amap(range(1001))  # two batch requests, handles in order
+            mixed = [
+                *(await divide.amap([6, 1], [3, 0])),
+                await client.submit("sdk", "tests.udfs:unusual"),
+            ]
+            big = await client.submit("sdk", "tests.udfs:echo", [2**64 + 1])
+            counted = await client.submit("sdk", "tests.udfs:count", [4])
+            with pytest.raises(LakeshoreClientError, match="not a valid queue name") as refused:
+                await client.submit("bad name!", "tests.udfs:cube", [1])
+            assert refused.value.status == 422
+            daemon = start_daemon(server, tmp_path / "d.log", "--queue", "sdk", "--capacity", "2")
+            try:
+                assert await one.result(timeout=60) == 27
+                assert await keyed.result(timeout=60) == 8
+                assert [item async for item in counted.stream()] == [0, 1, 2, 3]
+                results = await lakeshore.agather(many, timeout=120)
+                assert results == [i**3 for i in range(1001)]
+                assert (await big.result(timeout=60))["args"] == [2**64 + 1]
+                with pytest.raises(ZeroDivisionError):
+                    await lakeshore.agather(mixed, timeout=60)  # the first error, in order
+                two, by_zero, odd = await lakeshore.agather(mixed, return_exceptions=True)
+                assert two == 2 and isinstance(by_zero, ZeroDivisionError)
+                assert isinstance(odd, RemoteError)
+                assert await mixed[1].state() == "failed"
+            finally:
+                stop(daemon)
+            pending = await cube.asubmit(9)
+            with pytest.raises(TimeoutError):
+                await pending.result(timeout=0.2)
+            await pending.cancel()
+            assert await pending.state() == "cancelled"
+
+    asyncio.run(scenario())
+
+
 def test_the_sdk_names_a_server_it_cannot_reach(tmp_path: Path) -> None:
     from lakeshore import Client
 
@@ -403,6 +457,15 @@ def test_the_sdk_names_a_server_it_cannot_reach(tmp_path: Path) -> None:
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     with Client(url, "token") as client, pytest.raises(ConnectionError, match=url):
         client.submit("q", "tests.udfs:cube", [1])
+
+    async def submit_async() -> None:
+        import lakeshore
+
+        async with lakeshore.AsyncClient(url, "token") as client:
+            await client.submit("q", "tests.udfs:cube", [1])
+
+    with pytest.raises(ConnectionError, match=url):
+        asyncio.run(submit_async())
 
 
 def test_submit_and_invocation_commands_through_the_cli(
