@@ -33,13 +33,12 @@ from pydantic import (
 )
 
 from lakeshore.domain import jsonsafe
+from lakeshore.domain.retry import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import InvalidInput
 
 InvocationState = Literal["pending", "running", "succeeded", "failed", "cancelled", "expired"]
 FINAL_STATES: Final = frozenset({"succeeded", "failed", "cancelled", "expired"})
-DEFAULT_MAX_ATTEMPTS: Final = 3
-MAX_ATTEMPTS_LIMIT: Final = 100
 DEFAULT_PRIORITY_FIELD: Final = "priority"
 _FN_MAX: Final = 512
 MAX_DELAY_S: Final = 365 * 24 * 3600  # a delayed submit is due at most a year ahead
