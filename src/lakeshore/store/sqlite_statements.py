@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -96,12 +96,12 @@ class SqliteStatements:
         async with self._writer():
             yield self
 
-    async def fetch(
+    def fetch(
         self, statement: OneStatement, parameters: Parameters
-    ) -> Sequence[tuple[Any, ...]]:
+    ) -> Coroutine[Any, Any, Sequence[tuple[Any, ...]]]:
         if statement.for_sqlite is not None:
             parameters = statement.for_sqlite(parameters)
-        return await self.execute(statement.sqlite, parameters)
+        return self.execute(statement.sqlite, parameters)
 
     async def execute(
         self, statement: ClauseElement, parameters: Mapping[str, Any]

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -102,12 +102,13 @@ class PostgresqlStatements:
     def __init__(self, connection: PsycopgConnection[Any]) -> None:
         self.connection = connection
 
-    async def fetch(
+    def fetch(
         self, statement: OneStatement, parameters: Parameters
-    ) -> list[tuple[str | None, ...]]:
+    ) -> Coroutine[Any, Any, list[tuple[str | None, ...]]]:
+        # libpq's run itself is awaited: no frame of this method's in between, a submit's
         if statement.for_postgresql is not None:
             parameters = statement.for_postgresql(parameters)
-        return await prepared.fetch(self.connection, _prepared(statement), parameters)
+        return prepared.fetch(self.connection, _prepared(statement), parameters)
 
 
 @functools.cache
