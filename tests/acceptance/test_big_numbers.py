@@ -1,5 +1,5 @@
 """Integers past 64 bits arrive and come back as the same integers, through every door:
-a single submit (the route the first time, the fast door after), a batch, the SDK with a
+a single submit (reading the queue the first time, one statement after), a batch, the SDK with a
 real daemon running the UDF (its result and a generator's items), and the CLI, on both
 stores. orjson, which reads and writes most of these bodies, reads such an integer as a
 float and refuses to write one."""
@@ -102,11 +102,11 @@ def read(response: httpx.Response) -> Any:
     return json.loads(response.content)
 
 
-def test_single_submits_keep_big_integers_through_the_route_and_the_fast_door(
+def test_single_submits_keep_big_integers_to_a_new_and_a_known_queue(
     http: httpx.Client,
 ) -> None:
-    """The first submit to a new queue goes through the route, the next ones through the
-    fast door (its caller and queue are known by then): each stores the integers sent."""
+    """The first submit to a new queue reads it, the next ones are one statement (its
+    caller and queue are known by then): each stores the integers sent."""
     queue = f"held-single-{time.monotonic_ns()}"
     ids = []
     for attempt in range(3):
@@ -152,7 +152,7 @@ def test_the_sdk_sends_big_integers_and_reads_back_the_daemons_big_results(
 
 def test_the_sdk_sends_a_nan_for_the_server_to_refuse_by_name(client: Client) -> None:
     """Not as the ``null`` orjson would write, which the server would take."""
-    for attempt in range(2):  # the route, then the fast door (the queue is known by then)
+    for attempt in range(2):  # a new queue, then a known one
         with pytest.raises(LakeshoreClientError) as refused:
             client.submit("numbers", "tests.udfs:successor", [1, float("nan")])
         assert refused.value.status == 422 and "args[1]" in refused.value.message, attempt

@@ -1,6 +1,6 @@
 """A request that repeats ``Authorization`` or ``Content-Type`` is refused, 400 in the
-API's error shape, on every route and at the fast submit door alike (which once read the
-last of two tokens where the route read the first: 201 there, 401 on the route). Raw
+API's error shape, on every route alike (a second submit door, since removed, once read
+the last of two tokens where the route read the first: 201 there, 401 on the route). Raw
 requests to a real server, on both stores."""
 
 from __future__ import annotations
@@ -61,16 +61,16 @@ def refused(status: int, answer: dict[str, Any], header: str) -> bool:
     return (status, error.get("code"), error.get("field")) == (400, "bad_request", header)
 
 
-def test_the_fast_door_refuses_a_repeated_authorization_or_content_type(
+def test_a_submit_to_a_known_queue_refuses_a_repeated_authorization_or_content_type(
     server: LakeshoreServer, valid: str
 ) -> None:
-    """Once the queue is known, a single submit is answered by the fast door (the plain
-    one here is its 201): a repeat of either header is a 400 there, and writes nothing."""
+    """Once the queue is known, a single submit is one statement (the plain one here is
+    its 201): a repeat of either header is a 400 there too, and writes nothing."""
     queue = f"doors-{time.monotonic_ns()}"
     path = f"{NS}/queues/{queue}/invocations"
     body = {"fn": "tests.udfs:noop"}
     kind = ("Content-Type", "application/json")
-    for _ in range(2):  # the first through the route (a queue not seen yet), then the door
+    for _ in range(2):  # the first reads the queue (not seen yet), the next is one statement
         status, _ = exchange(server, "POST", path, [("Authorization", valid), kind], body)
         assert status == 201
     repeats = {

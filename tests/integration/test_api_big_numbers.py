@@ -1,7 +1,8 @@
-"""Bodies the fast submit door cannot read are refused as the route refuses them, on both
-stores: an integer of more digits than Python converts, nesting deeper than the parser
-goes, a NaN. The first submit to a queue goes through the route, the next ones through
-the fast door (the queue is known by then), so each body is sent three times."""
+"""Bodies the submit route does not read itself (api/lean.py) are refused with the
+framework's words, on both stores: an integer of more digits than Python converts,
+nesting deeper than the parser goes, a NaN. The first submit to a queue reads the queue,
+the next ones are one statement (the queue is known by then), so each body is sent three
+times."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ NS = "/v1/namespaces/default"
 
 
 async def _known(api: httpx.AsyncClient, queue: str) -> None:
-    """A first submit, through the route: the next ones meet the fast door."""
+    """A first submit, which reads the queue: the next ones are one statement."""
     first = await api.post(f"{NS}/queues/{queue}/invocations", json={"fn": "m:f"})
     assert first.status_code == 201, first.text
 
@@ -26,7 +27,7 @@ async def _known(api: httpx.AsyncClient, queue: str) -> None:
     ],
     ids=["5000-digits", "100000-deep", "nan"],
 )
-async def test_a_body_the_fast_door_cannot_read_is_refused_as_the_route_refuses_it(
+async def test_a_body_the_route_does_not_read_is_refused_with_the_frameworks_words(
     api: httpx.AsyncClient, body: bytes, status: int, words: str
 ) -> None:
     await _known(api, "edges")

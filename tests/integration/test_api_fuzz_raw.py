@@ -94,8 +94,8 @@ async def test_a_chunked_body_over_1_mib_is_413(api: httpx.AsyncClient) -> None:
 async def test_a_chunked_submit_over_1_mib_is_413_also_to_a_known_queue(
     api: httpx.AsyncClient,
 ) -> None:
-    """A single submit to a queue the server knows may be answered under the routes
-    (api/fast_submit.py): an oversized body of undeclared length is still a 413."""
+    """A single submit to a queue the server knows is one statement: an oversized body
+    of undeclared length is still a 413."""
     submits = f"{QUEUES}/known/invocations"
     for _ in range(2):
         first = await send(api, "POST", submits, content=json_bytes({"fn": "m:f"}), headers=JSON)

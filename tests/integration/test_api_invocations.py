@@ -306,12 +306,12 @@ async def test_a_single_submit_to_a_known_queue_is_one_statement_that_sees_every
     assert stats["pending"] == 3
 
 
-async def test_a_known_queues_single_submit_is_answered_before_the_routes(
+async def test_every_single_submit_goes_through_the_route_and_answers_what_a_read_returns(
     api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first submit to a queue reads it through the route; the next ones are answered
-    under the framework (api/fast_submit.py), with what a read of them returns. A body
-    of undeclared length (chunked) is left to the route, which reads it whole."""
+    """The first submit to a queue, the next ones (decided on the queue the first read)
+    and one whose body is of undeclared length (chunked, read whole) all go through the
+    route and the one service entry, and answer with what a read of them returns."""
     routed: list[int] = []
     real = inv_service.submit_many
 
@@ -332,7 +332,7 @@ async def test_a_known_queues_single_submit_is_answered_before_the_routes(
     )
     assert pieced.status_code == 201, pieced.text
     assert pieced.json()["args"] == ["in pieces"]
-    assert routed == [1, 1]  # the first, and the chunked one
+    assert routed == [1, 1, 1, 1, 1]
     for answer in [*answers, pieced.json()]:
         assert (await api.get(f"{NS}/invocations/{answer['id']}")).json() == answer
 
@@ -350,9 +350,9 @@ async def test_a_known_queues_single_submit_is_answered_before_the_routes(
 async def test_what_cannot_succeed_at_once_is_refused_by_the_route_with_its_body(
     api: httpx.AsyncClient, body: bytes, headers: dict[str, str], status: int, words: str
 ) -> None:
-    """A request the fast path cannot answer reaches the route with the body it read,
-    sent in pieces or not, and gets the route's refusal; nothing is stored."""
-    await submit(api, "warm")  # known: the fast path would take a good submit
+    """A request the route does not read itself (api/lean.py) is read by the framework,
+    sent in pieces or not, and gets its refusal; nothing is stored."""
+    await submit(api, "warm")  # known: a good submit would be one statement
 
     async def pieces() -> AsyncIterator[bytes]:
         yield body[:5]
@@ -367,7 +367,7 @@ async def test_what_cannot_succeed_at_once_is_refused_by_the_route_with_its_body
     assert stats["pending"] == 1
 
 
-async def test_a_store_that_fails_under_the_fast_path_is_a_503(
+async def test_a_store_that_fails_under_a_one_statement_submit_is_a_503(
     api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await submit(api, "warm")
@@ -389,12 +389,12 @@ async def test_a_store_that_fails_under_the_fast_path_is_a_503(
         ({"Last-Event-ID": "a\x00"}, b'{"fn": "m:f"}', 422, "invalid"),
     ],
 )
-async def test_the_fast_path_leaves_to_the_middleware_what_it_refuses(
+async def test_the_middleware_refuses_a_submit_to_a_known_queue_as_any_request(
     api: httpx.AsyncClient, headers: dict[str, str], body: bytes, status: int, code: str
 ) -> None:
-    """A submit to a known queue is answered ahead of the middleware, which still
-    refuses what it would: a declared length over the body cap, a length that is not
-    one, a read header that is not text."""
+    """A submit to a known queue crosses the middleware, which refuses what it refuses
+    of every request: a declared length over the body cap, a length that is not one, a
+    read header that is not text."""
     await submit(api, "warm")
     sent = {"Content-Type": "application/json", **headers}
     refused = await api.post(inv("warm"), content=body, headers=sent)
@@ -403,7 +403,24 @@ async def test_the_fast_path_leaves_to_the_middleware_what_it_refuses(
     assert (await api.get(f"{NS}/queues/warm/stats")).json()["pending"] == 1
 
 
-async def test_an_unexpected_error_under_the_fast_path_is_a_counted_500(
+async def test_an_unexpected_error_under_a_one_statement_submit_is_a_counted_500(
+    settings: Settings,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Answered by the framework's handler of the unexpected, as on any route (which
+    then raises the error on to the server, to log: here it is not raised)."""
+    app = create_app(settings, clock=clock)
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=ADMIN
+        ) as api:
+            await _an_unexpected_error_is_a_counted_500(api, monkeypatch, caplog)
+
+
+async def _an_unexpected_error_is_a_counted_500(
     api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     await submit(api, "warm")
@@ -453,7 +470,7 @@ async def test_a_statement_connection_the_database_refuses_is_a_503_at_once(
     assert stats["pending"] == 1
 
 
-async def test_a_sqlite_store_busy_past_its_wait_is_a_503_under_the_fast_path(
+async def test_a_sqlite_store_busy_past_its_wait_is_a_503_under_a_one_statement_submit(
     settings: Settings, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SQLite: a single submit's write waits for this process's other writers up to
@@ -467,7 +484,7 @@ async def test_a_sqlite_store_busy_past_its_wait_is_a_503_under_the_fast_path(
         async with httpx.AsyncClient(
             transport=transport, base_url="http://t", headers=ADMIN
         ) as api:
-            await submit(api, "warm")  # known: the next one takes the fast path
+            await submit(api, "warm")  # known: the next one is one statement
             monkeypatch.setattr(engine_module, "WRITE_WAIT_S", 0.05)
             async with store._one_writer():  # another writer holds the database
                 answer = await api.post(inv("warm"), json={"fn": "m:f"})
@@ -477,7 +494,7 @@ async def test_a_sqlite_store_busy_past_its_wait_is_a_503_under_the_fast_path(
             assert stats["pending"] == 1
 
 
-async def test_a_store_that_fails_before_the_fast_paths_write_is_a_503(
+async def test_a_store_that_fails_before_a_one_statement_submits_write_is_a_503(
     api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A token not remembered yet is read from the store: when that read fails, the

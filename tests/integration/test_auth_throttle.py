@@ -134,13 +134,13 @@ async def test_the_admin_token_from_a_throttled_address_waits_unless_it_came_fro
         assert (await operator.get(QUEUES, headers=ADMIN)).status_code == 200
 
 
-async def test_the_fast_submit_door_counts_and_refuses_as_the_route_does(
+async def test_a_submit_to_a_known_queue_counts_and_refuses_wrong_tokens_as_any_route(
     reach: Reach,
 ) -> None:
     submit = f"{QUEUES}/jobs/invocations"
     async with reach(NEIGHBOUR, ADMIN) as neighbour, reach(ATTACKER) as attacker:
         assert (await neighbour.post(QUEUES, json={"name": "jobs"})).status_code == 201
-        for _ in range(2):  # the second is answered by the fast door (the queue is known)
+        for _ in range(2):  # the second is one statement (the queue is known)
             assert (await neighbour.post(submit, json={"fn": "m:f"})).status_code == 201
         for _ in range(BURST):
             assert (

@@ -116,7 +116,7 @@ async def test_a_throttled_address_keeps_the_admin_token_an_hour_after_its_last_
     with pytest.raises(TooManyRequests) as refused:
         await callers.authenticate(ADMIN_TOKEN, HERE)
     assert refused.value.message == THROTTLED  # as a wrong token's
-    # elsewhere, and without an address (the fast door's own check), it is the admin's
+    # elsewhere, and without an address, it is the admin's
     assert (await callers.authenticate(ADMIN_TOKEN, ("192.0.2.1", 1))).is_admin
     assert (await callers.authenticate(ADMIN_TOKEN)).is_admin
     assert callers.throttled(HERE)

@@ -27,6 +27,22 @@ def json_body(content: Any) -> bytes:
         ).encode()
 
 
+class JsonAnswer(Response):
+    """An encoded JSON answer, its two headers written once (Starlette's own
+    ``Response`` works them out from a mapping on every answer)."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, status_code: int = 200) -> None:
+        self.body = body
+        self.status_code = status_code
+        self.background = None
+        self.raw_headers = [
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", b"application/json"),
+        ]
+
+
 def json_answer(content: Any, status_code: int = 200) -> Response:
     """``content`` as a JSON answer."""
-    return Response(json_body(content), status_code=status_code, media_type="application/json")
+    return JsonAnswer(json_body(content), status_code)

@@ -15,12 +15,10 @@ import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import URL
-from starlette.types import Receive, Scope, Send
 
 from lakeshore import __version__, files
 from lakeshore.api import errors, openapi
 from lakeshore.api.deps import AppState, Clock
-from lakeshore.api.fast_submit import FastSubmit
 from lakeshore.api.head import HeadAsGet
 from lakeshore.api.inputs import TextOnly
 from lakeshore.api.limits import BodySizeLimit
@@ -211,23 +209,6 @@ async def begin_stopping(app: FastAPI) -> None:
         gone.set()
 
 
-class LakeshoreApp(FastAPI):
-    """FastAPI, with the single submit answered ahead of the framework's own stack (its
-    middleware, ours, the routes) when nothing but a success can follow
-    (:mod:`lakeshore.api.fast_submit`); every other request goes through the stack."""
-
-    fast_submit: FastSubmit | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.fast_submit is None:
-            await super().__call__(scope, receive, send)
-        else:
-            await self.fast_submit(scope, receive, send)
-
-    async def through_stack(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await super().__call__(scope, receive, send)
-
-
 def create_app(
     settings: Settings | None = None,
     *,
@@ -342,7 +323,7 @@ def create_app(
                 await fleet.stop()
             await store.close()
 
-    app = LakeshoreApp(
+    app = FastAPI(
         title="Lakeshore",
         version=__version__,
         description="Elastic queues: task queues whose worker fleets scale themselves.",
@@ -353,13 +334,6 @@ def create_app(
         swagger_ui_oauth2_redirect_url=None,  # bearer tokens only: no OAuth2 page
     )
     errors.install(app)
-    # a single submit that can only succeed is answered ahead of all of these
-    app.fast_submit = FastSubmit(
-        app.through_stack,
-        app,
-        invocations.submit_route,
-        max_body_bytes=settings.max_body_bytes,
-    )
     app.add_middleware(TextOnly)  # ids and names reach the store as text
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SingleHeaders)  # one Authorization, one Content-Type

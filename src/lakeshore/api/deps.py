@@ -74,10 +74,15 @@ def app_state(request: Request) -> AppState:
 _bearer = HTTPBearer(auto_error=False, description="A namespace token, or the admin token.")
 
 
-async def _caller(
-    state: AppState, request: Request, credentials: HTTPAuthorizationCredentials | None
-) -> Principal:
-    presented = credentials.credentials if credentials else None
+def bearer_token(request: Request) -> str | None:
+    """The token of the request's ``Authorization: Bearer …``, read as :data:`_bearer`
+    reads it (the first such header; a request with two is refused before routing)."""
+    scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
+    token = token.strip()
+    return token if token and scheme.lower() == "bearer" else None
+
+
+async def _caller(state: AppState, request: Request, presented: str | None) -> Principal:
     # the address as the server sees it (uvicorn rewrites it from X-Forwarded-For for
     # the hops LAKESHORE_FORWARDED_ALLOW_IPS trusts): its wrong tokens are throttled
     caller = await state.callers.authenticate(presented, request.scope.get("client"))
@@ -92,7 +97,8 @@ async def principal(
 ) -> Principal:
     """The caller, checked against the route it asked for: every route that takes a token
     comes through here, so a worker token is refused everywhere but the worker routes."""
-    return await _caller(app_state(request), request, credentials)
+    presented = credentials.credentials if credentials else None
+    return await _caller(app_state(request), request, presented)
 
 
 async def namespace(
@@ -121,8 +127,14 @@ async def submitting(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Submitting:
+    return await submitting_as(ns, request, credentials.credentials if credentials else None)
+
+
+async def submitting_as(ns: str, request: Request, presented: str | None) -> Submitting:
+    """:func:`submitting`, given the token the request presents (:func:`bearer_token`):
+    what a route that reads its own request (:mod:`lakeshore.api.lean`) calls."""
     state = app_state(request)
-    caller = await _caller(state, request, credentials)
+    caller = await _caller(state, request, presented)
     return Submitting(
         state, caller, await ns_service.resolve(state.store, caller, ns, state.namespaces)
     )

@@ -270,35 +270,6 @@ def _places(count: int) -> list[str]:
     return [f"invocations[{i}]" for i in range(count)] if count > 1 else [""] * count
 
 
-async def submit_one_known(
-    store: Store,
-    notifier: Notifier,
-    known: KnownQueues,
-    ns: Namespace,
-    queue_name: str,
-    body: Any,
-    now: datetime,
-    *,
-    max_payload_bytes: int | None = None,
-    caller: Principal | None = None,
-    waiting: Waiting | None = None,
-) -> dict[str, Any] | None:
-    """One submit made new in one statement, on the copy of its queue an earlier submit
-    read (see :func:`_submit_to_known`): the invocation, or ``None``, having written
-    nothing, when only :func:`submit_many` can answer it (a refusal, a used key, a queue
-    not seen yet, a count to make)."""
-    try:
-        [submit] = parse_submits([body], _places(1))
-        if max_payload_bytes is not None:
-            _check_sizes([submit], max_payload_bytes)
-    except LakeshoreError:
-        return None
-    answer = await _submit_to_known(
-        store, notifier, known, ns, queue_name, submit, now.astimezone(UTC), caller, waiting
-    )
-    return None if answer is None else answer[0]
-
-
 async def submit_many(
     store: Store,
     notifier: Notifier,

@@ -9,9 +9,17 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
-from lakeshore.api import head
+from lakeshore.api import head, lean
 from lakeshore.api.answers import json_answer
-from lakeshore.api.deps import Caller, InNamespace, State, Submit
+from lakeshore.api.deps import (
+    Caller,
+    InNamespace,
+    State,
+    Submit,
+    Submitting,
+    bearer_token,
+    submitting_as,
+)
 from lakeshore.errors import InvalidInput
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import streams as stream_service
@@ -25,58 +33,65 @@ WaitS = Annotated[
 StateFilter = Literal["pending", "running", "succeeded", "failed", "cancelled", "expired"]
 
 
-@router.post(
-    "/queues/{name}/invocations",
-    summary="Submit an invocation (a missing queue is created as fifo)",
-    responses={200: {"description": "the key was used before: the invocation holding it"}},
-    status_code=201,
-    response_model=dict[str, Any],
-)
+Answer = Literal["invocations", "ids"]
+_WAIT_S = lean.seconds_within(60)
+
+
 async def submit(
     name: str,
     to: Submit,
     body: Annotated[Any, Body()],
     wait_s: WaitS = 10.0,
 ) -> Response:
-    state, ns, caller = to.state, to.ns, to.caller
-    [(invocation, created)] = await inv_service.submit_many(
-        state.store,
-        state.notifier,
-        state.limiter,
-        ns,
-        name,
-        [body],
-        state.clock(),
-        block_s=wait_s,
-        max_payload_bytes=state.settings.max_payload_bytes,
-        caller=caller,
-        known=state.queues,
-        waiting=state.waiting,
-    )
-    if created:
-        state.metrics.submitted.labels(ns.name, name).inc()
+    [(invocation, created)] = await _submitted(to, name, [body], wait_s, waiting=True)
     return json_answer(invocation, 201 if created else 200)
 
 
-# answered under the framework when nothing but its success can follow (api/fast_submit.py)
-[submit_route] = [route for route in router.routes if getattr(route, "endpoint", None) is submit]
+async def _read(request: Request, known: dict[str, lean.QueryValue]) -> dict[str, Any] | None:
+    """A submit's arguments (the queue's name, who submits to which namespace, the body,
+    the query's parameters among ``known``), read as the framework would, or ``None``
+    (see :mod:`lakeshore.api.lean`)."""
+    read = lean.query(request.scope["query_string"], known)
+    if read is None:
+        return None
+    body = await lean.json_body(request)
+    if body is lean.UNREAD:
+        return None
+    params = request.path_params
+    to = await submitting_as(params["ns"], request, bearer_token(request))
+    return {"name": params["name"], "to": to, "body": body, **read}
 
 
-@router.post(
-    "/queues/{name}/invocations/batch",
-    summary="Submit up to 1,000 invocations in one request, in order",
+_SUBMIT_QUERY: dict[str, lean.QueryValue] = {"wait_s": _WAIT_S}
+_BATCH_QUERY: dict[str, lean.QueryValue] = {
+    "wait_s": _WAIT_S,
+    "answer": lean.one_of("invocations", "ids"),
+}
+
+
+async def _read_submit(request: Request) -> dict[str, Any] | None:
+    return await _read(request, _SUBMIT_QUERY)
+
+
+router.add_api_route(
+    "/queues/{name}/invocations",
+    submit,
+    methods=["POST"],
+    summary="Submit an invocation (a missing queue is created as fifo)",
+    responses={200: {"description": "the key was used before: the invocation holding it"}},
     status_code=201,
     response_model=dict[str, Any],
+    route_class_override=lean.route(_read_submit),
 )
+
+
 async def submit_batch(
     name: str,
-    ns: InNamespace,
-    state: State,
-    caller: Caller,
+    to: Submit,
     body: Annotated[Any, Body()],
     wait_s: WaitS = 10.0,
     answer: Annotated[
-        Literal["invocations", "ids"],
+        Answer,
         Query(
             description=(
                 "`invocations` (the default): each invocation whole; `ids`: each only as "
@@ -86,30 +101,58 @@ async def submit_batch(
     ] = "invocations",
 ) -> Response:
     items = body.get("invocations") if isinstance(body, dict) else None
-    if not isinstance(items, list):
-        items = []
+    ids_only = answer == "ids"
+    results = await _submitted(to, name, items if isinstance(items, list) else [], wait_s, ids_only)
+    invocations = [invocation for invocation, _ in results]
+    return json_answer({"invocations": invocations, "created": [c for _, c in results]}, 201)
+
+
+async def _read_batch(request: Request) -> dict[str, Any] | None:
+    return await _read(request, _BATCH_QUERY)
+
+
+router.add_api_route(
+    "/queues/{name}/invocations/batch",
+    submit_batch,
+    methods=["POST"],
+    summary="Submit up to 1,000 invocations in one request, in order",
+    status_code=201,
+    response_model=dict[str, Any],
+    route_class_override=lean.route(_read_batch),
+)
+
+
+async def _submitted(
+    to: Submitting,
+    name: str,
+    bodies: list[Any],
+    wait_s: float,
+    ids_only: bool = False,
+    *,
+    waiting: bool = False,
+) -> list[tuple[dict[str, Any], bool]]:
+    """The submits made (one per body, in order), counted; ``waiting``: a single submit
+    may be handed to a claim waiting in this server."""
+    state = to.state
     results = await inv_service.submit_many(
         state.store,
         state.notifier,
         state.limiter,
-        ns,
+        to.ns,
         name,
-        items,
+        bodies,
         state.clock(),
         block_s=wait_s,
-        ids_only=answer == "ids",
+        ids_only=ids_only,
         max_payload_bytes=state.settings.max_payload_bytes,
-        caller=caller,
+        caller=to.caller,
         known=state.queues,
+        waiting=state.waiting if waiting else None,
     )
     made = sum(1 for _, created in results if created)
     if made:
-        state.metrics.submitted.labels(ns.name, name).inc(made)
-    invocations = [
-        invocation if answer == "invocations" else {"id": invocation["id"]}
-        for invocation, _ in results
-    ]
-    return json_answer({"invocations": invocations, "created": [c for _, c in results]}, 201)
+        state.metrics.submitted.labels(to.ns.name, name).inc(made)
+    return results
 
 
 @router.get("/queues/{name}/invocations", summary="List a queue's invocations, newest first")
