@@ -19,26 +19,28 @@ event loop it is first used on.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from lakeshore import jsontext, transport
+from lakeshore import backoff, jsontext, transport
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
 from lakeshore.sdk import (
     LAST_ITEM,
+    RECONNECT_ON,
     STREAM_READ_S,
     STREAM_RECONNECTS,
+    Place,
+    Resumed,
     StreamEndedEarly,
     batches,
     namespace_path,
     outcome,
     read_bound,
-    reconnect_pause,
     refused,
+    stream_refused,
     submit_body,
 )
 
@@ -151,18 +153,18 @@ class AsyncClient:
         ``TimeoutError`` once ``timeout`` seconds have gone by."""
         path = self._path("invocations", invocation_id, "stream")
         deadline = None if timeout is None else time.monotonic() + timeout
-        failures = 0
+        tries = backoff.aretrying(RECONNECT_ON, tries=STREAM_RECONNECTS + 1)
+        return await tries(self._wait_end, path, deadline, invocation_id, timeout)
+
+    async def _wait_end(
+        self, path: str, deadline: float | None, invocation_id: str, asked_s: float | None
+    ) -> dict[str, Any]:
         while True:
-            read = read_bound(deadline, invocation_id, timeout)
+            read = read_bound(deadline, invocation_id, asked_s)
             try:
                 return await self._end_of(path, read)
             except transport.TimedOut:
                 continue  # no word within the read's time: the deadline decides
-            except (transport.Unreachable, StreamEndedEarly):
-                failures += 1
-                if failures > STREAM_RECONNECTS:
-                    raise
-            await asyncio.sleep(reconnect_pause(failures))
 
     async def _end_of(self, path: str, read_s: float) -> dict[str, Any]:
         try:
@@ -173,36 +175,47 @@ class AsyncClient:
                     if event.event == "end":
                         return dict(jsontext.parsed(event.data.encode()))
         except transport.Refused as exc:
-            raise refused(exc.answer.status_code, exc.answer.content) from None
+            raise stream_refused(exc.answer) from None
         raise StreamEndedEarly(f"the stream of {path} ended before the invocation did")
 
     async def follow(
         self, invocation_id: str, *, after: int = -1, reconnects: int = STREAM_RECONNECTS
     ) -> AsyncIterator[tuple[str, Any]]:
         """The invocation's stream: ``("item", value)`` for each item as it arrives, then
-        ``("end", invocation)``. A dropped connection is resumed where it left off."""
+        ``("end", invocation)``. A dropped connection is resumed where it left off, as
+        :meth:`lakeshore.Client.follow` resumes it."""
         path = self._path("invocations", invocation_id, "stream")
-        failures = 0
+        place = Place(after)
         while True:
             try:
-                async with self._http.events(
-                    path, params={"after": after}, read_s=STREAM_READ_S
-                ) as events:
-                    async for event in events:
-                        if event.event == "item":
-                            after = int(event.id)
-                            failures = 0
-                            yield "item", jsontext.parsed(event.data.encode())
-                        elif event.event == "end":
-                            yield "end", jsontext.parsed(event.data.encode())
-                            return
-            except transport.Refused as exc:
-                raise refused(exc.answer.status_code, exc.answer.content) from None
-            except transport.Unreachable:
-                failures += 1
-                if failures > reconnects:
-                    raise
-                await asyncio.sleep(reconnect_pause(failures))
+                async for attempt in backoff.aretrying(RECONNECT_ON, tries=reconnects + 1):
+                    with attempt:
+                        async for kind_value in self._follow_once(path, place):
+                            yield kind_value
+                        return
+            except Resumed:
+                continue
+
+    async def _follow_once(self, path: str, place: Place) -> AsyncIterator[tuple[str, Any]]:
+        place.moved = False
+        try:
+            async with self._http.events(
+                path, params={"after": place.after}, read_s=STREAM_READ_S
+            ) as events:
+                async for event in events:
+                    if event.event == "item":
+                        place.after, place.moved = int(event.id), True
+                        yield "item", jsontext.parsed(event.data.encode())
+                    elif event.event == "end":
+                        yield "end", jsontext.parsed(event.data.encode())
+                        return
+            raise StreamEndedEarly(f"the stream of {path} closed before its end")
+        except transport.Refused as exc:
+            raise stream_refused(exc.answer) from None
+        except RECONNECT_ON:
+            if place.moved:
+                raise Resumed from None
+            raise
 
 
 class AsyncHandle(Generic[R]):

@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 from urllib.parse import quote
 
-from lakeshore import jsontext, refusals, transport
+from lakeshore import backoff, jsontext, refusals, transport
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
 
 if TYPE_CHECKING:
@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 FINAL = frozenset({"succeeded", "failed", "cancelled", "expired"})
+BATCH_MAX = 1000  # invocations per batch request, as the server takes them
+LAST_ITEM = 2**31 - 1  # the highest item number: a stream asked after it sends only its end
+STREAM_READ_S = 60.0  # the longest read of a stream (the server pings every 15 s)
+STREAM_RECONNECTS = 5
 
 
 class LakeshoreClientError(Exception):
@@ -53,7 +57,15 @@ class LakeshoreClientError(Exception):
 
 
 class StreamEndedEarly(ConnectionError):
-    """A stream closed before its end event (the server stopping): it is resumed."""
+    """A stream closed before its end event, or was refused for now (the server stopping
+    or overloaded: 429, 5xx): it is tried again."""
+
+
+def stream_refused(answer: transport.Answer) -> Exception:
+    """A stream the server would not open: tried again when the refusal is for now."""
+    if answer.status_code == 429 or answer.status_code >= 500:
+        return StreamEndedEarly(f"the server answered {answer.status_code} for now")
+    return refused(answer.status_code, answer.content)
 
 
 class RemoteError(Exception):
@@ -188,18 +200,20 @@ class Client:
         reused from wait to wait, whatever the number of invocations waited for."""
         path = self._path("invocations", invocation_id, "stream")
         deadline = None if timeout is None else time.monotonic() + timeout
-        failures = 0
+        tries = backoff.retrying(RECONNECT_ON, tries=STREAM_RECONNECTS + 1)
+        return tries(self._wait_end, path, deadline, invocation_id, timeout)
+
+    def _wait_end(
+        self, path: str, deadline: float | None, invocation_id: str, timeout: float | None
+    ) -> dict[str, Any]:
+        """The invocation at its end, read on one connection; a read with no word (the
+        server pings every 15 s) is asked again until the deadline."""
         while True:
             read = read_bound(deadline, invocation_id, timeout)
             try:
                 return self._end_of(path, read)
             except transport.TimedOut:
                 continue  # no word within the read's time: the deadline decides
-            except (transport.Unreachable, StreamEndedEarly):
-                failures += 1
-                if failures > STREAM_RECONNECTS:
-                    raise
-            time.sleep(reconnect_pause(failures))
 
     def _end_of(self, path: str, read_s: float) -> dict[str, Any]:
         """One look at a stream, after its last item: the invocation at its end."""
@@ -208,38 +222,68 @@ class Client:
                 for event in events:
                     if event.event == "end":
                         return dict(jsontext.parsed(event.data.encode()))
-        except transport.Refused as refused:
-            _raise(refused.answer.status_code, refused.answer.content)
+        except transport.Refused as exc:
+            raise stream_refused(exc.answer) from None
         raise StreamEndedEarly(f"the stream of {path} ended before the invocation did")
 
     def follow(
-        self, invocation_id: str, *, after: int = -1, reconnects: int = 5
+        self, invocation_id: str, *, after: int = -1, reconnects: int = STREAM_RECONNECTS
     ) -> Iterator[tuple[str, Any]]:
         """The invocation's stream: ``("item", value)`` for each item as it arrives, then
-        ``("end", invocation)``. A dropped connection is resumed where it left off."""
+        ``("end", invocation)``. A dropped connection is resumed where it left off, at
+        once when it brought items, else after a back-off (``reconnects`` in a row)."""
         path = self._path("invocations", invocation_id, "stream")
-        failures = 0
+        place = Place(after)
         while True:
             try:
-                # the server pings every 15 s: a longer silence is a dead peer
-                with self._http.events(
-                    path, params={"after": after}, read_s=STREAM_READ_S
-                ) as events:
-                    for event in events:
-                        if event.event == "item":
-                            after = int(event.id)
-                            failures = 0
-                            yield "item", jsontext.parsed(event.data.encode())
-                        elif event.event == "end":
-                            yield "end", jsontext.parsed(event.data.encode())
-                            return
-            except transport.Refused as refused:
-                _raise(refused.answer.status_code, refused.answer.content)
-            except transport.Unreachable:
-                failures += 1
-                if failures > reconnects:
-                    raise
-                time.sleep(reconnect_pause(failures))
+                for attempt in backoff.retrying(RECONNECT_ON, tries=reconnects + 1):
+                    with attempt:
+                        yield from self._follow_once(path, place)
+                        return
+            except Resumed:
+                continue
+
+    def _follow_once(self, path: str, place: Place) -> Iterator[tuple[str, Any]]:
+        """One connection's events of the stream, from ``place`` on."""
+        place.moved = False
+        try:
+            # the server pings every 15 s: a longer silence is a dead peer
+            with self._http.events(
+                path, params={"after": place.after}, read_s=STREAM_READ_S
+            ) as events:
+                for event in events:
+                    if event.event == "item":
+                        place.after, place.moved = int(event.id), True
+                        yield "item", jsontext.parsed(event.data.encode())
+                    elif event.event == "end":
+                        yield "end", jsontext.parsed(event.data.encode())
+                        return
+            raise StreamEndedEarly(f"the stream of {path} closed before its end")
+        except transport.Refused as exc:
+            raise stream_refused(exc.answer) from None
+        except RECONNECT_ON:
+            if place.moved:
+                raise Resumed from None
+            raise
+
+
+class Place:
+    """Where a stream's reader is: the last item it has, and whether the connection
+    at hand brought any."""
+
+    __slots__ = ("after", "moved")
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.moved = False
+
+
+class Resumed(Exception):
+    """A connection that brought items broke: it is made again at once, with a new
+    count of tries."""
+
+
+RECONNECT_ON = (transport.Unreachable, StreamEndedEarly)
 
 
 class Handle(Generic[R]):
@@ -274,12 +318,6 @@ class Handle(Generic[R]):
                 yield value
             else:
                 outcome(value)
-
-
-BATCH_MAX = 1000  # invocations per batch request, as the server takes them
-LAST_ITEM = 2**31 - 1  # the highest item number: a stream asked after it sends only its end
-STREAM_READ_S = 60.0  # the longest read of a stream (the server pings every 15 s)
-STREAM_RECONNECTS = 5
 
 
 def namespace_path(namespace: str, *segments: str) -> str:
@@ -339,11 +377,6 @@ def read_bound(deadline: float | None, invocation_id: str, timeout: float | None
     if left is not None and left <= 0:
         raise TimeoutError(f"invocation {invocation_id} has not ended after {timeout} s")
     return STREAM_READ_S if left is None else min(STREAM_READ_S, left)
-
-
-def reconnect_pause(failures: int) -> float:
-    """The pause before a stream's next try, after ``failures`` in a row."""
-    return float(min(2.0, 0.1 * 2**failures))
 
 
 def _delay(delay_s: float | None, not_before: datetime | None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from lakeshore import jsontext, logs, refusals, transport
+from lakeshore import backoff, jsontext, logs, refusals, transport
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -147,25 +147,42 @@ class Reporter:
         self._settle(batch, outcomes, Answer(NOT_HELD))
 
     async def _post(self, batch: list[_Pending]) -> transport.Answer | None:
+        """The batch's answer, tried again (backing off) while the server is away or
+        refuses for now; None once :data:`ATTEMPTS` tries had no answer."""
         results = b",".join(item.encoded for item in batch)
         claim = max(0, self.free_after(len(batch)))
-        for attempt in range(ATTEMPTS):
+
+        async def once() -> transport.Answer:
+            nonlocal claim
             body = b'{"results":[%b],"claim":%d}' % (results, claim)
             began = asyncio.get_running_loop().time()
             try:
                 response = await self.http.request("POST", self.path(), body=body, headers=_JSON)
             except transport.Unreachable as exc:
                 log.warning("report failed (%s); retrying", exc)
-            else:
-                if response.status_code != 429 and response.status_code < 500:
-                    if self.on_trip is not None:
-                        self.on_trip(asyncio.get_running_loop().time() - began)
-                    return response
+                claim = 0  # a lost answer may have leased some already
+                raise
+            if _for_now(response):
                 log.warning("report refused for now (%d); retrying", response.status_code)
-            await asyncio.sleep(min(5.0, self.retry_s * 2**attempt))
-            claim = 0  # a lost answer may have leased some already
-        log.error("%d result(s) could not be delivered; the server will hand them back", len(batch))
-        return None
+                claim = 0
+            elif self.on_trip is not None:
+                self.on_trip(asyncio.get_running_loop().time() - began)
+            return response
+
+        tries = backoff.aretrying(
+            transport.Unreachable,
+            tries=ATTEMPTS,
+            first_s=self.retry_s,
+            max_s=5.0,
+            again=_for_now,
+            give_up=lambda _state: None,
+        )
+        answer: transport.Answer | None = await tries(once)
+        if answer is None:
+            log.error(
+                "%d result(s) could not be delivered; the server will hand them back", len(batch)
+            )
+        return answer
 
     @staticmethod
     def _settle(batch: list[_Pending], outcomes: dict[str, Answer], default: Answer) -> None:
@@ -184,6 +201,11 @@ def encode(value: Any) -> bytes:
         return orjson.dumps(value)
     except orjson.JSONEncodeError:
         return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _for_now(response: transport.Answer) -> bool:
+    """A refusal worth trying again: the server is overloaded or restarting."""
+    return response.status_code == 429 or response.status_code >= 500
 
 
 def _refusal(response: transport.Answer | None) -> Answer:

@@ -14,11 +14,12 @@ import logging
 import threading
 from typing import Any
 
-from lakeshore import jsontext, refusals, transport
+from lakeshore import backoff, jsontext, refusals, transport
 
 log = logging.getLogger("lakeshore.daemon")
 
 MAX_ITEMS_PER_POST = 500
+ATTEMPTS = 30  # tries of one post while the server is away
 _JSON = {"Content-Type": "application/json"}
 _END = object()
 
@@ -88,22 +89,27 @@ class ItemSender:
 
     async def _post(self, items: list[Any]) -> None:
         encoded = jsontext.encoded({"seq": self.sent, "items": items})  # big ints kept
-        for attempt in range(30):
+
+        async def once() -> transport.Answer | None:
             try:
-                response = await self.http.request("POST", self.path, body=encoded, headers=_JSON)
+                return await self.http.request("POST", self.path, body=encoded, headers=_JSON)
             except transport.Unreachable as exc:
                 log.warning("stream post failed (%s); retrying", exc)
-                await asyncio.sleep(min(5.0, 0.2 * 2**attempt))
-                continue
-            if response.is_success:
-                self.sent += len(items)
-            elif response.status_code in (404, 409, 410):
-                self._lost = True
-                log.warning("stream refused: %s", response.text[:200])
-            else:
-                self.error = {"type": "StreamItemRejected", "message": _message(response)}
-            return
-        self.error = {"type": "StreamUnavailable", "message": "the server took no items"}
+                raise
+
+        tries = backoff.aretrying(
+            transport.Unreachable, tries=ATTEMPTS, first_s=0.2, max_s=5.0, give_up=lambda _: None
+        )
+        response: transport.Answer | None = await tries(once)
+        if response is None:
+            self.error = {"type": "StreamUnavailable", "message": "the server took no items"}
+        elif response.is_success:
+            self.sent += len(items)
+        elif response.status_code in (404, 409, 410):
+            self._lost = True
+            log.warning("stream refused: %s", response.text[:200])
+        else:
+            self.error = {"type": "StreamItemRejected", "message": _message(response)}
 
 
 def _message(response: transport.Answer) -> str:
