@@ -3,12 +3,15 @@
 Measured in this process with the daemon's imports loaded (``lakeshore.cli.main``), as
 under ``lakeshore daemon run``:
 
+Every invocation goes through the process runner (``runner.Processes.run``) on an event
+loop, as the daemon runs it:
+
 1. a new pool child (``python -m lakeshore.daemon.child``, exec'd) until it has run one
    no-op invocation, ``--starts`` times;
 2. ``--invocations`` no-op invocations one after another through one warm child;
-3. ``--invocations`` no-op invocations through ``--children`` warm children at once, read
-   on an event loop as the daemon does, with the CPU each side spends per invocation
-   (this process, and the children's own from ``/proc``);
+3. ``--invocations`` no-op invocations through ``--children`` warm children at once,
+   with the CPU each side spends per invocation (this process, and the children's own
+   from ``/proc``);
 4. ``--invocations`` no-ops queued ahead to one child (``Child.serve`` in this process, on
    a socket pair): the child's own CPU per invocation when it never waits for the daemon,
    against what it spends in a drain, woken for each one;
@@ -39,36 +42,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import lakeshore.cli.main  # noqa: F401  (the daemon's imports, loaded as in a daemon)
 from lakeshore.daemon import child, runner, wire
-from lakeshore.daemon.pool import Pool
+from lakeshore.daemon.runners import Invocation
 
-NOOP = "tests.udfs:noop"
+NOOP = Invocation("noop", "tests.udfs:noop", [], {}, 30)
 
 
 def _noop() -> None:
     return None
 
 
-def child_start(starts: int) -> list[float]:
+async def child_start(starts: int) -> list[float]:
     times = []
     for _ in range(starts):
-        pool = Pool()
+        processes = runner.Processes()
         began = time.perf_counter()
-        assert runner.run(NOOP, [], {}, 30, pool=pool).ok
+        assert (await processes.run(NOOP)).ok
         times.append(time.perf_counter() - began)
-        pool.close()
+        await processes.close()
     return times
 
 
-def through_one_child(invocations: int) -> float:
-    pool = Pool()
+async def through_one_child(invocations: int) -> float:
+    processes = runner.Processes()
     try:
-        assert runner.run(NOOP, [], {}, 30, pool=pool).ok  # started and warm
+        assert (await processes.run(NOOP)).ok  # started and warm
         began = time.perf_counter()
         for _ in range(invocations):
-            assert runner.run(NOOP, [], {}, 30, pool=pool).ok
+            assert (await processes.run(NOOP)).ok
         return time.perf_counter() - began
     finally:
-        pool.close()
+        await processes.close()
 
 
 def child_loop(invocations: int) -> float:
@@ -83,7 +86,7 @@ def child_loop(invocations: int) -> float:
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    runs = [("run", str(n), NOOP, [], {}, None) for n in range(invocations)]
+    runs = [("run", str(n), NOOP.fn, [], {}, None) for n in range(invocations)]
     data = wire.pack_all([*runs, ("exit",)])
     threading.Thread(target=ours.sendall, args=(data,), daemon=True).start()
     one = child.Child(child.Channel(theirs.fileno()), [], rss=False)
@@ -108,14 +111,15 @@ def _cpu_s(pids: list[int]) -> float:
 
 async def through_warm_children(invocations: int, children: int) -> tuple[float, float, float]:
     """Seconds, and CPU per invocation of this process and of the children (ms)."""
-    pool = Pool(loop=asyncio.get_running_loop())
-    pool.warm(children)
+    processes = runner.Processes()
+    pool = processes.pool
+    processes.warm(children)
     assert await pool.warmed(60.0)
     slots = asyncio.Semaphore(children)
 
     async def one() -> None:
         async with slots:
-            assert (await runner.Run(NOOP, [], {}, 30, pool=pool).run()).ok
+            assert (await processes.run(NOOP)).ok
 
     try:
         await asyncio.gather(*(one() for _ in range(children)))  # each child has run it
@@ -131,7 +135,7 @@ async def through_warm_children(invocations: int, children: int) -> tuple[float,
         )
         theirs = _cpu_s(pids) - children_before
     finally:
-        await asyncio.to_thread(pool.close)
+        await processes.close()
     return elapsed, ours * 1000 / invocations, theirs * 1000 / invocations
 
 
@@ -158,9 +162,9 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=8)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {os.getloadavg()}")
-    starts = child_start(args.starts)
+    starts = asyncio.run(child_start(args.starts))
     print(f"pool child start + first no-op: median {_ms(statistics.median(starts))}")
-    total = through_one_child(args.invocations)
+    total = asyncio.run(through_one_child(args.invocations))
     each = total / args.invocations
     print(
         f"{args.invocations} no-ops through one warm child: {total:.2f} s, "

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from lakeshore import transport
+from lakeshore.daemon import runner
 from tests.conftest import ADMIN, FakeClock
 from tests.integration.daemons import NS, Flaky, alive, daemon_for, eventually, results, submit
 
@@ -84,10 +85,11 @@ async def test_hello_gives_up_after_its_attempts(
         await daemon.run()
     assert flaky.seen["/hello"] == 3
     # its children started up during the hello, and none outlives it
-    assert daemon.pool is not None
-    assert daemon.pool.started == daemon.config.capacity
-    assert daemon.pool.closed
-    assert daemon.pool.children == []
+    assert isinstance(daemon.runner, runner.Processes)
+    pool = daemon.runner.pool
+    assert pool.started == daemon.config.capacity
+    assert pool.closed
+    assert pool.children == []
     assert not [p for p in psutil.Process().children() if "lakeshore.daemon.child" in p.cmdline()]
 
 

@@ -8,14 +8,13 @@ lakeshore.daemon.child``, exec'd: safe for CUDA and threads, see docs/architectu
 that leads a process group of its own; the daemon's :mod:`.sentinel` is told each group,
 so a daemon killed with SIGKILL leaves none behind.
 
-What the children send is read on one event loop (the daemon's, or one the pool runs on
-a thread of its own when it is driven from threads, as in tests) and handed to the
-:class:`Ticket` of the invocation it is about; one thread starts every child and lives as
-long as the pool (a child's parent-death signal fires when the thread that started it
-ends). When a child's connection ends (it crashed, exited, was killed for a time-out or
-a lost lease, or was recycled), its group is killed and reaped on a thread of its own,
-and every invocation it still ran is told it ``died``; the next invocation starts a new
-child.
+What the children send is read on the event loop the pool was made on (the daemon's)
+and handed straight to the :class:`Ticket` of the invocation it is about; one thread
+starts every child and lives as long as the pool (a child's parent-death signal fires
+when the thread that started it ends). When a child's connection ends (it crashed,
+exited, was killed for a time-out or a lost lease, or was recycled), its group is killed
+and reaped on a thread of its own, and every invocation it still ran is told it
+``died``; the next invocation starts a new child.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakeshore.daemon import placement, wire
+from lakeshore.daemon.runners import Invocation
 from lakeshore.daemon.sentinel import Sentinel, kill_group
 
 log = logging.getLogger("lakeshore.daemon")
@@ -51,27 +51,16 @@ class PoolConfig:
 
 @dataclass(eq=False)
 class Ticket:
-    """One invocation sent to a child; ``post`` is handed what the child says of it
+    """One invocation sent to a child; ``tell`` is handed what the child says of it
     (``item``, ``pause``, ``resume``, ``done``) and, if the child ends first, ``died``,
-    from the child's reader thread. By default it goes to ``messages``, for a thread
-    that waits; a waiter on an event loop passes its own (see :meth:`Pool.submit`)."""
+    on the pool's loop (see :meth:`Pool.submit`)."""
 
     id: str
     fn: str
     child: ChildProcess
+    tell: Callable[[tuple[Any, ...]], None]
     kind: placement.Kind | None = None
     warm: bool = False  # its child has run ``fn`` before: it sends no ``begin`` for it
-    post: Callable[[tuple[Any, ...]], None] | None = None  # called on the pool's loop
-    messages: queue.Queue[tuple[Any, ...]] = field(init=False)  # without a ``post``
-
-    def __post_init__(self) -> None:
-        if self.post is None:
-            self.messages = queue.Queue()
-            self.post = self.messages.put
-
-    def tell(self, message: tuple[Any, ...]) -> None:
-        assert self.post is not None
-        self.post(message)
 
 
 @dataclass(eq=False)
@@ -111,9 +100,9 @@ class ChildProcess:
 
 
 class Pool:
-    """The children; what they send is read on ``loop`` (the caller's event loop, where
-    tickets' ``post`` is then called), or without one on a loop of the pool's own thread.
-    ``close`` must not be called on that loop: it waits for the loop to bury children."""
+    """The children; what they send is read on ``loop`` (by default the running loop of
+    its maker: the daemon's), where each ticket's ``tell`` is then called. ``close`` must
+    not be called on that loop: it waits for the loop to bury children."""
 
     def __init__(
         self,
@@ -128,8 +117,7 @@ class Pool:
         self._children: list[ChildProcess] = []
         self._kinds: dict[str, placement.Kind] = {}  # learnt from the children
         self._ids = itertools.count()
-        self._loop = loop
-        self._loop_thread: threading.Thread | None = None  # the pool's own loop, if any
+        self._loop = loop if loop is not None else asyncio.get_running_loop()
         self._starter: _Starter | None = None
         self._warm = 0  # children kept started ahead of work
         self._ready_waiters: list[asyncio.Future[None]] = []
@@ -142,34 +130,20 @@ class Pool:
         with self._lock:
             return [child.pid for child in self._children]
 
-    def submit(
-        self,
-        fn: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        timeout_s: Any,
-        post: Callable[[tuple[Any, ...]], None] | None = None,
-    ) -> Ticket:
+    def submit(self, invocation: Invocation, tell: Callable[[tuple[Any, ...]], None]) -> Ticket:
         """Send an invocation to the child that takes it, starting one if none can;
-        what the child says of it goes to ``post`` (by default the ticket's
-        ``messages``)."""
+        what the child says of it goes to ``tell``, on the pool's loop."""
+        fn = invocation.fn
         with self._lock:
             if self.closed:
                 raise RuntimeError("the pool is closed")
             kind, concurrency = self._kinds.get(fn), self.config.async_concurrency
             index = placement.choose(self._children, fn, kind, concurrency)
             child = self._start() if index is None else self._children[index]
-            ticket = Ticket(
-                str(next(self._ids)),
-                fn,
-                child,
-                kind,
-                warm=fn in child.seen,
-                post=post,
-            )
+            ticket = Ticket(str(next(self._ids)), fn, child, tell, kind, warm=fn in child.seen)
             child.tickets[ticket.id] = ticket
             child.seen.add(fn)
-        child.send("run", ticket.id, fn, args, kwargs, timeout_s)
+        child.send("run", ticket.id, fn, invocation.args, invocation.kwargs, invocation.timeout_s)
         return ticket
 
     def warm(self, count: int) -> None:
@@ -230,17 +204,11 @@ class Pool:
         with self._buried:
             self._buried.wait_for(lambda: not self._children, within_s)
             left = list(self._children)
-        if left and self._loop is not None and not self._loop.is_running():
+        if left and not self._loop.is_running():
             for child in left:  # killed, and nothing reads it to its end now: reap it here
                 self._bury(child, self._loop)
         if self._starter is not None:
             self._starter.stop()
-        if self._loop_thread is not None and self._loop is not None:
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop_thread.join(within_s)
-            if not self._loop_thread.is_alive():
-                self._loop.close()
 
     # --- below the lock -----------------------------------------------------------------
 
@@ -256,27 +224,15 @@ class Pool:
         child = self._starter.call(self._spawn)
         self._children.append(child)
         self.started += 1
-        loop = self._io()
-        if _running_on(loop):
+        if _running_on(self._loop):
             self._watch(child)
-        else:
+        else:  # a burial's thread starting a replacement, or a close loop
             try:
-                loop.call_soon_threadsafe(self._watch, child)
+                self._loop.call_soon_threadsafe(self._watch, child)
             except RuntimeError:  # the loop is closed: nobody will read it
                 child.retiring, child.killed_for = True, "the daemon stopped"
                 kill_group(child.pid)
         return child
-
-    def _io(self) -> asyncio.AbstractEventLoop:
-        """The loop that reads the children: the caller's, or one of the pool's own."""
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(
-                target=loop.run_forever, name="pool-io", daemon=True
-            )
-            self._loop_thread.start()
-            self._loop = loop
-        return self._loop
 
     def _spawn(self) -> ChildProcess:
         """Its end of the socket is passed to it alone; every other descriptor is closed
@@ -311,7 +267,6 @@ class Pool:
     # --- on the loop --------------------------------------------------------------------
 
     def _watch(self, child: ChildProcess) -> None:
-        assert self._loop is not None
         try:
             self._loop.add_reader(child.sock.fileno(), self._readable, child)
         except (OSError, ValueError):  # closed already
@@ -336,7 +291,6 @@ class Pool:
         self._ended(child)
 
     def _ended(self, child: ChildProcess) -> None:
-        assert self._loop is not None
         with contextlib.suppress(OSError, ValueError):
             self._loop.remove_reader(child.sock.fileno())
         burial = threading.Thread(

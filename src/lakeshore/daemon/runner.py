@@ -1,10 +1,12 @@
-"""Running one invocation in a pool child, so a crash or a hang stays contained.
+"""The process runner: each invocation in a pool child, so a crash or a hang stays contained.
 
-:class:`Run` sends the invocation to a child of the daemon's :class:`~.pool.Pool` and
-waits for its outcome: a generator's items are handed to ``on_item`` as they come, and
-the whole run is bounded by ``timeout_s`` (set-up — preloads and ``@udf(setup=...)``
-hooks — is not counted). Exceptions, import errors, results or items that are not JSON
-and children that die are all reported as an :class:`Outcome`; nothing raises.
+:class:`Processes` is the daemon's :class:`~.runners.Runner` over a warm
+:class:`~.pool.Pool`; each :class:`Run` sends one invocation to a child and waits, on
+the pool's event loop, for its outcome: a generator's items are handed to ``on_item`` as
+they come, and the whole run is bounded by ``timeout_s`` (set-up — preloads and
+``@udf(setup=...)`` hooks — is not counted). Exceptions, import errors, results or items
+that are not JSON and children that die are all reported as an :class:`Outcome`;
+nothing raises.
 
 A plain invocation that runs past its time-out, or whose lease is lost, is ended by
 killing its child (and the child's process group: whatever the UDF started); the pool
@@ -20,15 +22,15 @@ import asyncio
 import contextlib
 import importlib.machinery
 import importlib.util
-import queue
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from lakeshore import jsontext
-from lakeshore.daemon.pool import Pool, Ticket
+from lakeshore.daemon.pool import Pool, PoolConfig, Ticket
+from lakeshore.daemon.runners import Held, Invocation, OnItem
+from lakeshore.daemon.sentinel import Sentinel
 
 GIVE_WAY_S = 5.0  # how long an async invocation has to end once cancelled or timed out
 START_S = 60.0  # how long a child may take to begin an invocation (start, import lakeshore)
@@ -69,66 +71,59 @@ def check_preload(module: str) -> None:
         raise ModuleNotFoundError(f"No module named {module!r}")
 
 
-class Run:
-    """One invocation: ``start`` sends it to a pool child, ``wait`` blocks until its
-    outcome (call it from a thread), ``kill`` ends it early from any thread (a lease that
-    was lost, a daemon stopping) so nothing keeps running for an invocation this daemon
-    no longer holds. Without a ``pool`` it gets a pool of its own, closed after it."""
+class Processes:
+    """The process runner (:class:`~.runners.Runner`): invocations in the children of a
+    warm pool, read on the event loop it is made on (the daemon's)."""
 
     def __init__(
         self,
-        fn: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        timeout_s: float | None,
-        on_item: Callable[[Any], None] | None = None,
-        pool: Pool | None = None,
+        config: PoolConfig | None = None,
+        sentinel: Sentinel | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        self.fn, self.timeout_s, self.on_item = fn, timeout_s, on_item
-        self._args, self._kwargs = args, kwargs
-        self._own_pool = pool is None
-        self.pool = pool if pool is not None else Pool()
+        self.pool = Pool(config, sentinel, loop)
+
+    def warm(self, capacity: int) -> None:
+        self.pool.warm(warm_children(capacity, self.pool.config))
+
+    async def run(self, invocation: Invocation, on_item: OnItem | None = None) -> Outcome:
+        return await Run(self.pool, invocation, on_item).begin()
+
+    async def close(self) -> None:
+        if not self.pool.closed:
+            await asyncio.to_thread(self.pool.close)
+
+
+def warm_children(capacity: int, config: PoolConfig) -> int:
+    """Children started ahead of work: one per slot, or as few as hold ``capacity``
+    ``async def`` invocations when a child may run several."""
+    return -(-capacity // max(1, config.async_concurrency))
+
+
+class Run:
+    """One invocation in a pool child: ``begin`` sends it and hands back the future of its
+    outcome; ``kill`` ends it early, from any thread (a lease that was lost, a daemon
+    stopping), so nothing keeps running for an invocation this daemon no longer holds."""
+
+    def __init__(self, pool: Pool, invocation: Invocation, on_item: OnItem | None = None) -> None:
+        self.pool, self.invocation, self.on_item = pool, invocation, on_item
+        self.fn, self.timeout_s = invocation.fn, invocation.timeout_s
         self._ticket: Ticket | None = None
         self._killed = False
-
-    def start(self) -> None:
-        self._ticket = self.pool.submit(self.fn, self._args, self._kwargs, self.timeout_s)
-        if self._killed:
-            self.kill()
 
     def kill(self) -> None:
         self._killed = True
         if self._ticket is not None:
             self._ticket.tell(("kill", self._ticket.id))  # the waiter acts on it
 
-    def wait(self) -> Outcome:
-        assert self._ticket is not None, "start first"
-        try:
-            return _Waiter(self, self._ticket).outcome()
-        finally:
-            if self._own_pool:
-                self.pool.close()
-
-    def __call__(self) -> Outcome:
-        """Start and wait (blocking; call it from a thread)."""
-        self.start()
-        return self.wait()
-
-    async def run(self) -> Outcome:
-        """Start and wait on the running event loop (see :meth:`begin`)."""
-        try:
-            return await self.begin()
-        finally:
-            if self._own_pool:
-                await asyncio.to_thread(self.pool.close)
-
-    def begin(self) -> asyncio.Future[Outcome]:
-        """Start on the running event loop; the future of its outcome. A pool that reads
-        its children on this loop (the daemon's) hands each message straight to the
-        waiter, and a timer of the loop stands for its time-out: no thread, no task and
-        no queue take part in the invocation (``kill`` still works from any thread)."""
+    def begin(self) -> Held:
+        """Start on the pool's event loop (the running one); the future of its outcome
+        (cancelling it kills the run, see :class:`~.runners.Held`). Each message of its
+        child is handed straight to the waiter, and a timer of the loop stands for its
+        time-out: no thread, no task and no queue take part in the invocation (``kill``
+        still works from any thread)."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[Outcome] = loop.create_future()
+        done = Held(loop, self.kill)
         here = threading.get_ident()
         timer: list[asyncio.TimerHandle] = []  # the one pending, if any
 
@@ -153,9 +148,7 @@ class Run:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(step, message)
 
-        self._ticket = self.pool.submit(
-            self.fn, self._args, self._kwargs, self.timeout_s, post=post
-        )
+        self._ticket = self.pool.submit(self.invocation, post)
         waiter = _Waiter(self, self._ticket)
         settle(None)  # the timer of its start, or of its time-out
         if self._killed:
@@ -164,7 +157,7 @@ class Run:
 
 
 class _Waiter:
-    """What one ``wait`` knows: the time left, and whether it has ended the run."""
+    """What one run's wait knows: the time left, and whether it has ended the run."""
 
     def __init__(self, run: Run, ticket: Ticket) -> None:
         self.run, self.ticket = run, ticket
@@ -178,16 +171,6 @@ class _Waiter:
         if ticket.warm:  # a child that ran it before takes it up at once, and says nothing
             self._clock("begin")
         self.killing = False  # its child has been killed
-
-    def outcome(self) -> Outcome:
-        while True:
-            try:
-                message = self.ticket.messages.get(timeout=self._next_s())
-            except queue.Empty:
-                message = None
-            ended = self._step(message)
-            if ended is not None:
-                return ended
 
     def _step(self, message: tuple[Any, ...] | None) -> Outcome | None:
         """A message, or (None) the wait for one ran out: the outcome once there is one."""
@@ -293,15 +276,3 @@ def timed_out(fn: str, timeout_s: float | None) -> Outcome:
 def stopped(fn: str) -> Outcome:
     message = f"{fn} was stopped by the daemon (its lease was lost, or the daemon stopped)"
     return Outcome(ok=False, error={"type": "Stopped", "message": message})
-
-
-def run(
-    fn: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    timeout_s: float | None,
-    on_item: Callable[[Any], None] | None = None,
-    pool: Pool | None = None,
-) -> Outcome:
-    """Run one invocation in a pool child (blocking; call it from a thread)."""
-    return Run(fn, args, kwargs, timeout_s, on_item, pool)()

@@ -15,26 +15,31 @@ runs past its time-out, or whose lease is lost, has :class:`Stopped` raised in i
 thread at its next Python instruction (a call blocked in C code raises as it returns);
 the invocation fails (a time-out) or stops at once either way, and a thread that runs on
 is logged. An ``async def`` invocation is cancelled.
+
+The daemon's event loop waits for each invocation's outcome: a thread (or the runner's
+loop) hands its reply to a future of the daemon's loop, and a timer of that loop stands
+for its time-out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
-import queue
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from lakeshore import jsontext
 from lakeshore.daemon import calls
 from lakeshore.daemon.runner import GIVE_WAY_S, Outcome, outcome_of, stopped, timed_out
+from lakeshore.daemon.runners import Held, Invocation, OnItem, until_ended
 
 log = logging.getLogger("lakeshore.daemon")
 
-Event = tuple[str, Any]  # a reply of :mod:`.calls`, ("timeout"|"cancelled", None), ("kill", None)
+Event = tuple[str, Any]  # a reply of :mod:`.calls`, or ("cancelled", None)
 
 
 class Stopped(BaseException):
@@ -43,28 +48,36 @@ class Stopped(BaseException):
 
 
 class Threads:
-    """The daemon's thread runner: what it keeps across invocations (the preloads done,
-    the set-up hooks run, the event loop of async functions)."""
+    """The thread runner (:class:`~.runners.Runner`): what it keeps across invocations
+    (the preloads done, the set-up hooks run, each function looked up, the event loop of
+    async functions)."""
 
     def __init__(self, preload: Sequence[str] = ()) -> None:
         self._preload = list(preload)  # still to import (a failure is tried again)
         self._lock = threading.Lock()  # imports and set-up hooks, one at a time
         self._set_up: set[int] = set()  # id() of each hook that ran to its end
+        self._targets: dict[str, Any] = {}  # each fn prepared, its set-up hook run
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
 
-    def run(
-        self,
-        fn: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        timeout_s: float | None,
-        on_item: Callable[[Any], None] | None = None,
-    ) -> ThreadRun:
-        return ThreadRun(self, fn, args, kwargs, timeout_s, on_item)
+    def warm(self, capacity: int) -> None:
+        """Nothing to start ahead: preloads and set-up hooks wait for their first use."""
 
-    def close(self, within_s: float = 5.0) -> None:
+    async def run(self, invocation: Invocation, on_item: OnItem | None = None) -> Outcome:
+        fn = invocation.fn
+        target = self._targets.get(fn)
+        if target is None:  # imports and set-up hooks block: on a thread, not on the loop
+            preparing = asyncio.get_running_loop().run_in_executor(None, self.prepare, fn)
+            target = await until_ended(preparing, _nothing)
+            if isinstance(target, tuple):
+                return outcome_of(fn, invocation.timeout_s, *target)
+        return await ThreadRun(self, invocation, on_item).begin(target)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._close)
+
+    def _close(self, within_s: float = 5.0) -> None:
         """Stop the event loop thread (once the daemon has drained, nothing runs on it)."""
         loop, thread = self._loop, self._loop_thread
         if loop is None or thread is None:
@@ -91,6 +104,7 @@ class Threads:
                 except Exception as exc:
                     return calls.error(exc, prefix=f"set-up {calls.name_of(hook)} failed: ")
                 self._set_up.add(id(hook))
+            self._targets[fn] = target
         return target
 
     def submit(self, coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
@@ -105,38 +119,81 @@ class Threads:
 
 
 class ThreadRun:
-    """One invocation on the thread runner, with the interface of :class:`.runner.Run`:
-    call it (blocking, from a thread) for its :class:`Outcome`; ``kill`` ends it early."""
+    """One invocation on the thread runner: ``begin`` starts it and hands back the future
+    of its outcome, on the running loop (cancelling it stops the run, see
+    :class:`~.runners.Held`); ``kill`` (on that loop) ends it early."""
 
-    def __init__(
-        self,
-        threads: Threads,
-        fn: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        timeout_s: float | None,
-        on_item: Callable[[Any], None] | None,
-    ) -> None:
-        self.threads, self.fn, self.timeout_s = threads, fn, timeout_s
-        self._args, self._kwargs, self._on_item = args, kwargs, on_item
-        self._events: queue.Queue[Event] = queue.Queue()
+    def __init__(self, threads: Threads, invocation: Invocation, on_item: OnItem | None) -> None:
+        self.threads, self.invocation, self._on_item = threads, invocation, on_item
+        self.fn, self.timeout_s = invocation.fn, invocation.timeout_s
         self._ended = False  # once set, a generator's next item stops it
-        self._killed = False
-        self._task: asyncio.Task[Event] | None = None
+        self._ending: str | None = None  # "timeout" or "stopped", once decided
+        self._timer: asyncio.TimerHandle | None = None
+        self._thread: threading.Thread | None = None  # a plain function's
+        self._task: asyncio.Task[Event] | None = None  # an async one's, on the runner's loop
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: Held | None = None
+
+    def begin(self, target: Any) -> Held:
+        loop = self._loop = asyncio.get_running_loop()
+        done = self._done = Held(loop, self.kill)
+        limit = self.timeout_s
+        if calls.is_async(target):
+            self.threads.submit(self._main(target)).add_done_callback(self._settled)
+            # its own asyncio.timeout ends it; past that plus a moment, it blocks its loop
+            limit = None if limit is None else limit + GIVE_WAY_S
+        else:
+            self._thread = threading.Thread(
+                target=self._body, args=(target,), name=self.fn, daemon=True
+            )
+            self._thread.start()
+        if limit is not None:
+            self._timer = loop.call_later(limit, self._end, "timeout")
+        return done
 
     def kill(self) -> None:
-        self._killed = True
-        self._events.put(("kill", None))
+        self._end("stopped")
 
-    def __call__(self) -> Outcome:
-        target = self.threads.prepare(self.fn)
-        if isinstance(target, tuple):
-            return outcome_of(self.fn, self.timeout_s, *target)
-        if self._killed:
-            return stopped(self.fn)
-        if calls.is_async(target):
-            return self._run_async(target)
-        return self._run_plain(target)
+    def _end(self, why: str) -> None:
+        """Past its time-out, or stopped: end it, and wait a moment for it to give way."""
+        if self._ending is not None or self._done is None or self._done.done():
+            return
+        assert self._loop is not None
+        self._ending, self._ended = why, True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._thread is not None:
+            _raise_in(self._thread)
+        elif self.threads._loop is not None and self._task is not None:
+            self.threads._loop.call_soon_threadsafe(self._task.cancel)
+        self._timer = self._loop.call_later(GIVE_WAY_S, self._gave_up)
+
+    def _gave_up(self) -> None:
+        if self._thread is not None:
+            log.warning("%s runs on in its thread after it was stopped", self.fn)
+        else:
+            log.warning("%s did not give way within %.0f s of its cancel", self.fn, GIVE_WAY_S)
+        self._finish(None)
+
+    def _reply(self, event: Event) -> None:
+        """Its reply (from its thread, or the runner's loop)."""
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            self._loop.call_soon_threadsafe(self._finish, event)
+
+    def _finish(self, event: Event | None) -> None:
+        done = self._done
+        if done is None or done.done():
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._ending == "timeout":
+            done.set_result(timed_out(self.fn, self.timeout_s))
+        elif self._ending is not None:
+            done.set_result(stopped(self.fn))
+        else:
+            assert event is not None
+            done.set_result(outcome_of(self.fn, self.timeout_s, *event))
 
     def _emit(self, text: str) -> None:
         if self._ended:
@@ -144,67 +201,42 @@ class ThreadRun:
         if self._on_item is not None:
             self._on_item(jsontext.parsed(text.encode()))
 
-    def _next(self, within_s: float | None) -> Event | None:
-        try:
-            return self._events.get(timeout=within_s)
-        except queue.Empty:
-            return None
-
     # --- a plain function (or generator) on a thread of its own ---------------------
 
-    def _run_plain(self, target: Any) -> Outcome:
-        thread = threading.Thread(target=self._body, args=(target,), name=self.fn, daemon=True)
-        thread.start()
-        event = self._next(self.timeout_s)
-        if event is not None and event[0] != "kill":
-            return outcome_of(self.fn, self.timeout_s, *event)
-        self._ended = True
-        _raise_in(thread)
-        thread.join(GIVE_WAY_S)
-        if thread.is_alive():
-            log.warning("%s runs on in its thread after it was stopped", self.fn)
-        return timed_out(self.fn, self.timeout_s) if event is None else stopped(self.fn)
-
     def _body(self, target: Any) -> None:
+        invocation = self.invocation
         try:
-            reply = calls.call(self.fn, target, self._args, self._kwargs, self._emit, asyncio.run)
+            reply = calls.call(
+                self.fn, target, invocation.args, invocation.kwargs, self._emit, asyncio.run
+            )
         except Stopped:
             reply = ("cancelled", None)
-        self._events.put(reply)
+        self._reply(reply)
 
     # --- async def on the runner's event loop ---------------------------------------
 
-    def _run_async(self, target: Any) -> Outcome:
-        future = self.threads.submit(self._main(target))
-        future.add_done_callback(self._settled)
-        # its own asyncio.timeout ends it; past that plus a moment, it blocks its loop
-        limit = None if self.timeout_s is None else self.timeout_s + GIVE_WAY_S
-        event = self._next(limit)
-        if event is not None and event[0] != "kill":
-            return outcome_of(self.fn, self.timeout_s, *event)
-        self._ended = True
-        loop, task = self.threads._loop, self._task
-        if loop is not None and task is not None:
-            loop.call_soon_threadsafe(task.cancel)
-        if self._next(GIVE_WAY_S) is None:
-            log.warning("%s did not give way within %.0f s of its cancel", self.fn, GIVE_WAY_S)
-        return timed_out(self.fn, self.timeout_s) if event is None else stopped(self.fn)
-
     def _settled(self, future: Future[Event]) -> None:
         failed = future.cancelled() or future.exception() is not None
-        self._events.put(("cancelled", None) if failed else future.result())
+        self._reply(("cancelled", None) if failed else future.result())
 
     async def _main(self, target: Any) -> Event:
         self._task = asyncio.current_task()
         if self._ended:  # stopped before it began
             return ("cancelled", None)
+        invocation = self.invocation
         try:
             async with asyncio.timeout(self.timeout_s):
-                return await calls.call_async(self.fn, target, self._args, self._kwargs, self._emit)
+                return await calls.call_async(
+                    self.fn, target, invocation.args, invocation.kwargs, self._emit
+                )
         except TimeoutError:
             return ("timeout", None)
         except asyncio.CancelledError:
             return ("cancelled", None)
+
+
+def _nothing() -> None:
+    """A set-up cannot be stopped: a cancel waits for it to end."""
 
 
 def _raise_in(thread: threading.Thread) -> None:

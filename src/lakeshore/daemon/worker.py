@@ -1,14 +1,14 @@
-"""The daemon's loop: hello, claim, run each invocation in a pool child, heartbeat, report.
+"""The daemon's loop: hello, claim, run each invocation, heartbeat, report.
 
 One asyncio task claims (long-poll, up to the free capacity), one heartbeats, and one
-task per invocation waits in a thread for its outcome from the daemon's warm pool of
-child processes (:mod:`.pool`). On SIGTERM (or SIGINT) the
-daemon stops claiming, lets what it holds finish, and exits; ``burst`` exits once nothing
-it runs is left and its queues hold no pending work (a retry waiting out its backoff is
-waited for; while its work runs, it claims only as each outcome is reported). Outcomes
-go out in batches that also claim the freed slots again (:mod:`.reporter`); a report that
-fails is retried until it is delivered or the lease is known to be lost, so a finished
-invocation is reported once.
+task per invocation awaits its outcome from the daemon's runner (:mod:`.runners`: a warm
+pool of child processes, or its own threads), chosen once as it starts. On SIGTERM (or
+SIGINT) the daemon stops claiming, lets what it holds finish, and exits; ``burst`` exits
+once nothing it runs is left and its queues hold no pending work (a retry waiting out its
+backoff is waited for; while its work runs, it claims only as each outcome is reported).
+Outcomes go out in batches that also claim the freed slots again (:mod:`.reporter`); a
+report that fails is retried until it is delivered or the lease is known to be lost, so
+a finished invocation is reported once.
 
 What a crash costs: the daemon tells its :mod:`.sentinel` each invocation as it begins
 (before it runs) and ends, and its heartbeats list what runs apart from what is
@@ -24,18 +24,19 @@ import logging
 import secrets
 import signal
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakeshore import jsontext, logs, refusals, transport
-from lakeshore.daemon import linux, runner
-from lakeshore.daemon.pool import Pool, PoolConfig
+from lakeshore.daemon import linux
+from lakeshore.daemon.pool import PoolConfig
 from lakeshore.daemon.prefetch import Prefetch
 from lakeshore.daemon.reporter import Reporter
+from lakeshore.daemon.runner import Outcome, Processes
+from lakeshore.daemon.runners import Invocation, Runner
 from lakeshore.daemon.sentinel import Sentinel
 from lakeshore.daemon.streaming import ItemSender
-from lakeshore.daemon.threads import ThreadRun, Threads
+from lakeshore.daemon.threads import Threads
 from lakeshore.domain import runners as daemon_runners
 
 if TYPE_CHECKING:
@@ -82,15 +83,13 @@ class Daemon:
     reporter: Reporter = field(init=False)
     reporting: set[str] = field(default_factory=set)  # outcomes on their way to the server
     polling: bool = False  # a claim is out (and may be waiting for work)
-    executor: ThreadPoolExecutor = field(init=False)
     closing: bool = False  # the background tasks are being stopped
     sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
     slots: asyncio.Semaphore = field(init=False)  # --capacity: what runs at once
     prefetched: set[str] = field(default_factory=set)  # held, waiting for a slot
     ahead: Prefetch = field(init=False)  # how many to hold ahead of the free slots
     session: str = field(default_factory=lambda: secrets.token_hex(8))  # this process's hello
-    pool: Pool | None = None  # the process runner's children
-    threads: Threads | None = None  # the thread runner
+    runner: Runner = field(init=False)  # what runs each invocation (--runner)
     http: transport.AsyncTransport = field(init=False)  # every request to the server
 
     async def run(self, *, own_process: bool = False) -> int:
@@ -110,29 +109,21 @@ class Daemon:
         self.slots = asyncio.Semaphore(self.config.capacity)
         self.ahead = Prefetch(self.config.capacity, fixed=self.config.prefetch)
         self.sentinel.start()
-        if self.config.runner == daemon_runners.THREAD:
-            self.threads = Threads(self.config.pool.preload)
-        else:
-            loop = asyncio.get_running_loop()  # the children are read on the daemon's loop
-            self.pool = Pool(self.config.pool, self.sentinel, loop=loop)
+        self.runner = _runner_for(self.config, self.sentinel)
         ended = False
         try:
             code = await self._serve()
             ended = True
             return code
         finally:
-            if self.pool is not None and not self.pool.closed:  # it never said hello
-                await asyncio.to_thread(self.pool.close)
+            await self.runner.close()  # when it never said hello (else closed already)
             # ended by an error, it handed nothing back: the sentinel reports it as a crash
             await asyncio.to_thread(self.sentinel.stop, report=not ended)
 
     async def _serve(self) -> int:
-        # one thread per slot to wait on its run (the default pool has cores + 4)
-        self.executor = ThreadPoolExecutor(self.config.capacity, thread_name_prefix="run")
         headers = {"Authorization": f"Bearer {self.config.token}"}
         read_s = self.config.claim_timeout_s + 10.0
-        if self.pool is not None:  # the children start up while the daemon says hello
-            self.pool.warm(_warm_children(self.config.capacity, self.config.pool))
+        self.runner.warm(self.config.capacity)  # children start up during the hello
         # claims, hellos, reports, heartbeats and streamed items: one transport
         async with transport.aconnect(
             self.config.server, headers=headers, read_s=read_s, via=self.config.transport
@@ -182,10 +173,7 @@ class Daemon:
             self.closing = True
             for task in (beat, reports):
                 await _cancelled(task)
-            for runner_ in (self.pool, self.threads):
-                if runner_ is not None:
-                    await asyncio.to_thread(runner_.close)
-            self.executor.shutdown(wait=False, cancel_futures=True)
+            await self.runner.close()
         return 0
 
     async def _bye(self) -> None:
@@ -312,10 +300,11 @@ class Daemon:
     def _start_all(self, invocations: list[dict[str, Any]]) -> None:
         if invocations:
             self.sentinel.claimed([i["id"] for i in invocations])
-        for invocation in invocations:
-            self.prefetched.add(invocation["id"])  # until it has a slot
-            task = asyncio.create_task(self._execute(invocation), name=invocation["id"])
-            self.running[invocation["id"]] = task
+        for claimed in invocations:
+            invocation = Invocation.of(claimed)
+            self.prefetched.add(invocation.id)  # until it has a slot
+            task = asyncio.create_task(self._execute(invocation), name=invocation.id)
+            self.running[invocation.id] = task
             task.add_done_callback(self._forget)
 
     def _free_after(self, reported: int) -> int:
@@ -417,8 +406,8 @@ class Daemon:
             self.stop.set()
         return True
 
-    async def _execute(self, invocation: dict[str, Any]) -> None:
-        invocation_id = invocation["id"]
+    async def _execute(self, invocation: Invocation) -> None:
+        invocation_id = invocation.id
         try:
             await self.slots.acquire()  # prefetched work waits here (a cancel ends the wait)
         finally:
@@ -444,35 +433,22 @@ class Daemon:
         finally:
             self.sentinel.end(invocation_id)
 
-    async def _run(self, invocation: dict[str, Any]) -> runner.Outcome:
-        base = f"/v1/workers/{self.worker_id}/invocations/{invocation['id']}"
+    async def _run(self, invocation: Invocation) -> Outcome:
+        base = f"/v1/workers/{self.worker_id}/invocations/{invocation.id}"
         items = ItemSender(self.http, f"{base}/stream")
-        call = (invocation["fn"], invocation["args"], invocation["kwargs"])
-        run: runner.Run | ThreadRun
-        running: asyncio.Future[runner.Outcome]
-        if self.threads is not None:
-            run = self.threads.run(*call, invocation["timeout_s"], items.put)
-            running = asyncio.get_running_loop().run_in_executor(self.executor, run)
-        else:  # waited for on this loop: no thread per invocation
-            run = runner.Run(*call, invocation["timeout_s"], items.put, self.pool)
-            running = run.begin()
         try:
-            outcome = await asyncio.shield(running)
+            # a cancel (the lease is lost or the grace period is over) stops the run and
+            # goes on once it has ended (an async run is cancelled, which may take a
+            # moment): its slot is held until then, so no more run than --capacity
+            outcome = await self.runner.run(invocation, items.put)
             await items.close()
-        except asyncio.CancelledError:
-            run.kill()  # the lease is lost or the grace period is over: stop the run
-            # and hold its slot until it has ended (an async run is cancelled, which
-            # may take a moment), so no more run at once than --capacity
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.shield(running)
-            raise
         finally:
             items.cancel()
         if items.error is not None:
-            outcome = runner.Outcome(ok=False, error=items.error, retry=False)
+            outcome = Outcome(ok=False, error=items.error, retry=False)
         return outcome
 
-    async def _deliver(self, invocation_id: str, outcome: runner.Outcome) -> None:
+    async def _deliver(self, invocation_id: str, outcome: Outcome) -> None:
         if outcome.ok:
             answer = await self.reporter.report_result(invocation_id, outcome.text)
             if answer.state == "succeeded":
@@ -482,7 +458,7 @@ class Daemon:
             # the server will not store that result: the attempt fails, for good
             kind = "ResultTooLarge" if answer.state == "too_large" else "InvalidResult"
             error = {"type": kind, "message": answer.message or "the server refused the result"}
-            outcome = runner.Outcome(ok=False, error=error, retry=False)
+            outcome = Outcome(ok=False, error=error, retry=False)
         body = {"error": outcome.error, "retry": outcome.retry}
         if (await self.reporter.report(invocation_id, body)).state in _RECORDED:
             self.failed += 1
@@ -504,10 +480,12 @@ _RECORDED = ("succeeded", "pending", "failed")  # what a report's recorded outco
 _STOP = "stop"  # a claim that gave way to a stop signal, or a server long gone
 
 
-def _warm_children(capacity: int, pool: PoolConfig) -> int:
-    """Children started ahead of work: one per slot, or as few as hold ``capacity``
-    ``async def`` invocations when a child may run several."""
-    return -(-capacity // max(1, pool.async_concurrency))
+def _runner_for(config: DaemonConfig, sentinel: Sentinel) -> Runner:
+    """The one runner a daemon holds: its own threads, or a warm pool of children read on
+    the daemon's loop (the default)."""
+    if config.runner == daemon_runners.THREAD:
+        return Threads(config.pool.preload)
+    return Processes(config.pool, sentinel)
 
 
 def _burst_wait(look: dict[str, Any] | None, longest_s: float) -> float | None:

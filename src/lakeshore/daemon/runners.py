@@ -1,0 +1,87 @@
+"""What the daemon runs an invocation with: one :class:`Runner`, chosen as it starts.
+
+Two runners implement it: :class:`.runner.Processes` (a warm pool of child processes, the
+default) and :class:`.threads.Threads` (the daemon's own threads, ``--runner thread``).
+The daemon hands either an :class:`Invocation` and awaits its :class:`.runner.Outcome`;
+it never asks which one it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from lakeshore.daemon.runner import Outcome
+
+T = TypeVar("T")
+
+OnItem = Callable[[Any], None]  # a generator's item, decoded (called from any thread)
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One invocation as a claim's answer gives it, made once and passed down whole."""
+
+    id: str
+    fn: str  # "module:qualname"
+    args: list[Any]
+    kwargs: dict[str, Any]
+    timeout_s: float | None  # from when it begins; set-up is not counted
+
+    @classmethod
+    def of(cls, claimed: dict[str, Any]) -> Invocation:
+        """From one entry of a claim's (or a report's) ``invocations``."""
+        return cls(
+            claimed["id"], claimed["fn"], claimed["args"], claimed["kwargs"], claimed["timeout_s"]
+        )
+
+
+class Runner(Protocol):
+    """Runs invocations; the daemon holds one from start to exit."""
+
+    def warm(self, capacity: int) -> None:
+        """Get ready to run ``capacity`` invocations at once (the process runner starts
+        its children), ahead of the first claim; it does not wait."""
+
+    async def run(self, invocation: Invocation, on_item: OnItem | None = None) -> Outcome:
+        """Run it to its outcome, handing a generator's items to ``on_item`` as they
+        come; what it raises, times out or crashes is an outcome, nothing raises. A
+        cancel (a lost lease, a daemon stopping) stops the run, and the cancel goes on
+        only once the run has ended, so its slot is held until then."""
+        ...
+
+    async def close(self) -> None:
+        """Stop what it keeps (children, threads) once nothing runs; again is nothing."""
+
+
+class Held(asyncio.Future["Outcome"]):
+    """The future of one run's outcome, awaited by the daemon's task for the invocation.
+    Its ``cancel`` (the task's cancel: a lost lease, a daemon stopping) stops the run
+    instead of cancelling the future: the task's cancel then goes on once the run has
+    ended and its outcome is set, so the run holds its slot until then. Awaited as it
+    is, with no ``asyncio.shield`` (a second future and two callbacks per invocation)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> None:
+        super().__init__(loop=loop)
+        self._stop = stop
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not self.done():
+            self.get_loop().call_soon(self._stop)  # in the loop's next turn, as a task's
+        return False  # not cancelled: the awaiting task is, once the outcome is set
+
+
+async def until_ended(done: asyncio.Future[T], stop: Callable[[], None]) -> T:
+    """Await ``done``; cancelled meanwhile, ``stop`` the run and wait until it has ended
+    (``done`` settles either way) before the cancel goes on."""
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        stop()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.shield(done)
+        raise
