@@ -19,14 +19,13 @@ event loop it is first used on.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from lakeshore import backoff, jsontext, transport
-from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
+from lakeshore.fanin import taken
 from lakeshore.sdk import (
     LAST_ITEM,
     RECONNECT_ON,
@@ -40,6 +39,7 @@ from lakeshore.sdk import (
     outcome,
     read_bound,
     refused,
+    settings,
     stream_refused,
     submit_body,
 )
@@ -64,10 +64,7 @@ class AsyncClient:
         connections: int = 10,
         ca: str | None = None,
     ) -> None:
-        self.url = (url or os.environ.get("LAKESHORE_URL") or DEFAULT_URL).rstrip("/")
-        token = token or os.environ.get("LAKESHORE_TOKEN") or read_local_admin_token()
-        self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
-        auth = {"Authorization": f"Bearer {token.strip()}"} if token else {}
+        self.url, self.namespace, auth = settings(url, token, namespace)
         self._http = transport.aconnect(
             self.url, headers=auth, read_s=timeout, size=connections, ca=ca
         )
@@ -266,11 +263,5 @@ async def agather(
     results: list[Any] = []
     for handle in handles:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        info = await handle.client.ended(handle.id, left)
-        try:
-            results.append(outcome(info))
-        except Exception as exc:
-            if not return_exceptions:
-                raise
-            results.append(exc)
+        results.append(taken(await handle.client.ended(handle.id, left), return_exceptions))
     return results

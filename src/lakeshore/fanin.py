@@ -34,14 +34,19 @@ def gather(
     results: list[Any] = []
     for handle in handles:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        info = handle.client.ended(handle.id, left)
-        try:
-            results.append(outcome(info))
-        except Exception as exc:
-            if not return_exceptions:
-                raise
-            results.append(exc)
+        results.append(taken(handle.client.ended(handle.id, left), return_exceptions))
     return results
+
+
+def taken(info: dict[str, Any], return_exceptions: bool) -> Any:
+    """An ended invocation's result; its error raised, or returned with
+    ``return_exceptions``."""
+    try:
+        return outcome(info)
+    except Exception as exc:
+        if not return_exceptions:
+            raise
+        return exc
 
 
 def wait(

@@ -111,10 +111,7 @@ class Client:
         connections: int = 10,
         ca: str | None = None,
     ) -> None:
-        self.url = (url or os.environ.get("LAKESHORE_URL") or DEFAULT_URL).rstrip("/")
-        token = token or os.environ.get("LAKESHORE_TOKEN") or read_local_admin_token()
-        self.namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
-        auth = {"Authorization": f"Bearer {token.strip()}"} if token else {}
+        self.url, self.namespace, auth = settings(url, token, namespace)
         # a refused connection is tried once more; nothing that may have reached the
         # server is sent again, so a submit is never made twice by the client
         self._http = transport.connect(
@@ -320,6 +317,17 @@ class Handle(Generic[R]):
                 outcome(value)
 
 
+def settings(
+    url: str | None, token: str | None, namespace: str | None
+) -> tuple[str, str, dict[str, str]]:
+    """A client's server, namespace and auth header: as given, else ``LAKESHORE_URL``,
+    ``LAKESHORE_TOKEN`` (else the local admin token) and ``LAKESHORE_NAMESPACE``."""
+    url = (url or os.environ.get("LAKESHORE_URL") or DEFAULT_URL).rstrip("/")
+    token = token or os.environ.get("LAKESHORE_TOKEN") or read_local_admin_token()
+    namespace = namespace or os.environ.get("LAKESHORE_NAMESPACE") or "default"
+    return url, namespace, {"Authorization": f"Bearer {token.strip()}"} if token else {}
+
+
 def namespace_path(namespace: str, *segments: str) -> str:
     """The API's path of ``segments`` in ``namespace``, each segment quoted."""
     parts = [namespace, *segments]
@@ -483,18 +491,8 @@ class UDF(Generic[P, R]):
     ) -> Handle[R]:
         """Submit a call; ``_delay`` (seconds) or ``_not_before`` (an aware datetime)
         holds it back until then."""
-        self._require_importable()
-        return self.client.submit(
-            self.queue,
-            self.path,
-            args,
-            kwargs,
-            key=_key,
-            max_attempts=self.max_attempts,
-            timeout_s=self.timeout_s,
-            delay_s=_delay,
-            not_before=_not_before,
-        )
+        options = self._options(_key, _delay, _not_before)
+        return self.client.submit(self.queue, self.path, args, kwargs, **options)
 
     def submit_many(
         self,
@@ -522,18 +520,8 @@ class UDF(Generic[P, R]):
         **kwargs: Any,
     ) -> AsyncHandle[R]:
         """:meth:`submit` from an event loop: ``await f.asubmit(...)``."""
-        self._require_importable()
-        return await self.aclient.submit(
-            self.queue,
-            self.path,
-            args,
-            kwargs,
-            key=_key,
-            max_attempts=self.max_attempts,
-            timeout_s=self.timeout_s,
-            delay_s=_delay,
-            not_before=_not_before,
-        )
+        options = self._options(_key, _delay, _not_before)
+        return await self.aclient.submit(self.queue, self.path, args, kwargs, **options)
 
     async def amap(self, *iterables: Iterable[Any]) -> list[AsyncHandle[R]]:
         """:meth:`map` from an event loop: ``await f.amap(xs)``, 1,000 calls to a request;
@@ -553,6 +541,19 @@ class UDF(Generic[P, R]):
         ``f(x, y)``), 1,000 to a request; the handles in the calls' order (wait for them
         with :func:`gather`)."""
         return self.submit_many(zip(*iterables, strict=False))
+
+    def _options(
+        self, key: str | None, delay_s: float | None, not_before: datetime | None
+    ) -> dict[str, Any]:
+        """A submit's options: the call's own and this function's."""
+        self._require_importable()
+        return {
+            "key": key,
+            "max_attempts": self.max_attempts,
+            "timeout_s": self.timeout_s,
+            "delay_s": delay_s,
+            "not_before": not_before,
+        }
 
     def _require_importable(self) -> None:
         if self.func.__module__ == "__main__" or "<locals>" in self.func.__qualname__:
