@@ -30,22 +30,15 @@ class FakeStatements:
 
 
 def _row(**changes: Any) -> dict[str, Any]:
+    """A submit's row: its own columns (those unset None) and its queue's."""
+    own = {"id": "inv_1", "fn": "m:f", "args": [1], "kwargs": {}, "priority": 0.0}
+    shared = {"namespace_id": "ns_default", "queue_id": "q_1", "queue_name": "q"}
     return {
-        "id": "inv_1",
-        "namespace_id": "ns_default",
-        "queue_id": "q_1",
-        "queue_name": "q",
-        "fn": "m:f",
-        "args": [1],
-        "kwargs": {},
-        "priority": 0.0,
-        "key": None,
-        "state": "pending",
-        "attempts": 0,
+        **dict.fromkeys(inv_store.OWN),
+        **own,
         "max_attempts": 3,
-        "timeout_s": None,
-        "available_at": NOW,
-        "created_at": NOW,
+        **shared,
+        **{"state": "pending", "attempts": 0, "available_at": NOW, "created_at": NOW},
         **changes,
     }
 
