@@ -10,6 +10,10 @@ A claim counts an attempt. A lease that ends without its attempt having begun (w
 daemon prefetched, the daemon gone) hands the attempt back: only what began is charged,
 whether a dead daemon's sentinel says what it had started (:func:`charge` and
 :func:`hand_back`) or only the lease's expiry tells (:func:`reap_expired`).
+
+A row read to be changed is locked as it is read (``FOR UPDATE``). SQLAlchemy writes
+nothing for that on SQLite, whose write transaction (``BEGIN IMMEDIATE``) already keeps
+every other writer out, so the same statement serves both stores.
 """
 
 from __future__ import annotations
@@ -58,9 +62,7 @@ def _held(invocation_id: str, worker_id: str) -> ColumnElement[bool]:
 
 async def holds(conn: AsyncConnection, invocation_id: str, worker_id: str) -> bool:
     """Whether the worker holds the invocation's lease right now."""
-    query = select(C.id).where(_held(invocation_id, worker_id))
-    if _is_pg(conn):
-        query = query.with_for_update()
+    query = select(C.id).where(_held(invocation_id, worker_id)).with_for_update()
     return (await conn.execute(query)).first() is not None
 
 
@@ -117,13 +119,15 @@ async def report(
         reports = await _succeed_many(conn, worker_id, reports, now, states, held_rows)
         if not reports:
             return states
-    query = select(C.id, C.attempts, C.max_attempts, C.queue_id, C.started_at).where(
-        C.id.in_([r.invocation_id for r in reports]),
-        C.worker_id == worker_id,
-        C.state == "running",
+    query = (
+        select(C.id, C.attempts, C.max_attempts, C.queue_id, C.started_at)
+        .where(
+            C.id.in_([r.invocation_id for r in reports]),
+            C.worker_id == worker_id,
+            C.state == "running",
+        )
+        .with_for_update()
     )
-    if _is_pg(conn):
-        query = query.with_for_update()
     rows = (await conn.execute(query)).all()
     held = {row[0]: (row[1], row[2]) for row in rows}
     _note(held_rows, rows)
@@ -307,9 +311,8 @@ async def reap_expired(conn: AsyncConnection, now: datetime, *, limit: int = 100
         select(C.id, C.attempts, C.max_attempts, C.queue_id, C.worker_id, C.begun_attempt)
         .where(C.state == "running", C.lease_expires_at < now)
         .limit(limit)
+        .with_for_update(skip_locked=True)
     )
-    if _is_pg(conn):
-        query = query.with_for_update(skip_locked=True)
     rows = (await conn.execute(query)).all()
     prefetching = await _prefetching(conn, {row[4] for row in rows if row[4] is not None})
     charged: list[tuple[str, int, int, str]] = []
@@ -390,13 +393,15 @@ async def charge(
     ``started`` and those its heartbeats said had begun go back to pending after their
     backoff, or fail when their attempts are spent, with ``error``. The counts by
     outcome and by (queue id, outcome), and the ids charged."""
-    query = select(C.id, C.attempts, C.max_attempts, C.queue_id).where(
-        C.worker_id == worker_id,
-        C.state == "running",
-        or_(C.id.in_(list(started)), _begun()) if started else _begun(),
+    query = (
+        select(C.id, C.attempts, C.max_attempts, C.queue_id)
+        .where(
+            C.worker_id == worker_id,
+            C.state == "running",
+            or_(C.id.in_(list(started)), _begun()) if started else _begun(),
+        )
+        .with_for_update()
     )
-    if _is_pg(conn):
-        query = query.with_for_update()
     rows = [(str(i), int(a), int(m), str(q)) for i, a, m, q in (await conn.execute(query)).all()]
     counts, by_queue = await _charge_rows(conn, rows, now, error)
     return counts, by_queue, [str(row[0]) for row in rows]
