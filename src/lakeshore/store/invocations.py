@@ -548,9 +548,8 @@ async def claim(
         )
         .order_by(*_ORDER["boltzmann"])
         .limit(disciplines.candidate_count(limit))
+        .with_for_update(skip_locked=True)  # written for PostgreSQL alone
     )
-    if pg:
-        query = query.with_for_update(skip_locked=True)
     rows = [(row[0], float(row[1])) for row in (await conn.execute(query)).all()]
     ids = disciplines.boltzmann_pick(rows, limit, temperature, _RNG)
     if not ids:
@@ -628,9 +627,8 @@ def _lease_statement(kind: str, pg: bool) -> Any:
         .where(C.queue_id == queue_id, claimable.may_take(_in_queue(queue_id), now))
         .order_by(*_ORDER[kind])
         .limit(bindparam("b_limit"))
+        .with_for_update(skip_locked=True)  # written for PostgreSQL alone
     )
-    if pg:
-        picked = picked.with_for_update(skip_locked=True)
     cte = picked.cte("picked").prefix_with("MATERIALIZED")
     ids = select(cte.c.id)
     by_key = C.id == any_(func.array(ids.scalar_subquery())) if pg else C.id.in_(ids)
