@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
+from fastapi import FastAPI
 from starlette.requests import Request
+from starlette.routing import Match
 
 from lakeshore.api import lean
 
@@ -70,3 +73,34 @@ async def test_a_body_is_read_as_the_framework_reads_json_or_left_to_it(
     got = await lean.json_body(request)
     assert got is read if read is lean.UNREAD else got == read
     assert await request.body() == body  # kept for the framework, should it read it
+
+
+def test_a_router_answers_no_match_at_once_outside_its_literal_prefix() -> None:
+    router = lean.Router(prefix="/v1/workers")
+    for path in ("/v1/namespaces/default/queues/q/invocations", "/v1/worker"):
+        scope = {"type": "http", "method": "POST", "path": path, "root_path": ""}
+        assert router.matches(scope) == (Match.NONE, {})
+
+
+async def test_a_router_inside_an_app_routes_as_any_other() -> None:
+    workers = lean.Router(prefix="/v1/workers")
+    others = lean.Router(prefix="/v1/namespaces/{ns}")
+
+    @workers.post("/{worker_id}/claim")
+    async def claim(worker_id: str) -> dict[str, str]:
+        return {"claimed": worker_id}
+
+    @others.post("/queues/{name}/invocations")
+    async def submit(ns: str, name: str) -> dict[str, str]:
+        return {"ns": ns, "queue": name}
+
+    app = FastAPI()
+    app.include_router(workers)
+    app.include_router(others)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.post("/v1/workers/w_1/claim")).json() == {"claimed": "w_1"}
+        answer = await client.post("/v1/namespaces/default/queues/q/invocations")
+        assert answer.json() == {"ns": "default", "queue": "q"}
+        assert (await client.get("/v1/workers/w_1/claim")).status_code == 405
+        assert (await client.post("/v1/workers/w_1/other")).status_code == 404

@@ -324,6 +324,9 @@ def create_app(
             await store.close()
 
     app = FastAPI(
+        # Lakeshore's metrics are its own (GET /metrics); FastAPI's OpenTelemetry would
+        # look for configured providers on every request, a few microseconds each
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         title="Lakeshore",
         version=__version__,
         description="Elastic queues: task queues whose worker fleets scale themselves.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
+from fastapi import Body, Depends, Header, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, ConfigDict
 
@@ -24,7 +24,7 @@ from lakeshore.errors import InvalidInput
 from lakeshore.services import invocations as inv_service
 from lakeshore.services import streams as stream_service
 
-router = APIRouter(prefix="/v1/namespaces/{ns}", tags=["invocations"])
+router = lean.Router(prefix="/v1/namespaces/{ns}", tags=["invocations"])
 
 WaitS = Annotated[
     float,

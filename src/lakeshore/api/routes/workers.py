@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request, Response
+from fastapi import Body, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from lakeshore.api import lean
 from lakeshore.api.answers import json_answer
 from lakeshore.api.deps import Caller, State
 from lakeshore.domain import jsonsafe
@@ -17,7 +18,7 @@ from lakeshore.services import streams as stream_service
 from lakeshore.services import workers as worker_service
 from lakeshore.services.notify import Hangup
 
-router = APIRouter(prefix="/v1/workers", tags=["workers"])
+router = lean.Router(prefix="/v1/workers", tags=["workers"])
 
 
 class ClaimIn(BaseModel):
