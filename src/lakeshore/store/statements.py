@@ -105,7 +105,7 @@ class PostgresqlStatements:
     def fetch(
         self, statement: OneStatement, parameters: Parameters
     ) -> Coroutine[Any, Any, list[tuple[str | None, ...]]]:
-        # libpq's run itself is awaited: no frame of this method's in between, a submit's
+        # not a coroutine of its own: a submit awaits libpq's run with no frame between
         if statement.for_postgresql is not None:
             parameters = statement.for_postgresql(parameters)
         return prepared.fetch(self.connection, _prepared(statement), parameters)
@@ -124,6 +124,9 @@ PING_S = 5.0  # a ping of a connection that sat idle or turned readable
 
 
 class StatementConnections:
+    """PostgreSQL's :class:`StatementPool`: up to ``size`` connections of its own (see
+    above), each handed out as :class:`PostgresqlStatements`."""
+
     def __init__(self, conninfo: str, size: int, wait_s: float) -> None:
         self._conninfo = conninfo
         self._wait_s = wait_s
