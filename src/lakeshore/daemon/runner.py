@@ -29,7 +29,7 @@ from typing import Any
 
 from lakeshore import jsontext
 from lakeshore.daemon.pool import Pool, PoolConfig, Ticket
-from lakeshore.daemon.runners import Held, Invocation, OnItem
+from lakeshore.daemon.runners import Invocation, OnItem, awaited
 from lakeshore.daemon.sentinel import Sentinel
 
 GIVE_WAY_S = 5.0  # how long an async invocation has to end once cancelled or timed out
@@ -87,7 +87,8 @@ class Processes:
         self.pool.warm(warm_children(capacity, self.pool.config))
 
     async def run(self, invocation: Invocation, on_item: OnItem | None = None) -> Outcome:
-        return await Run(self.pool, invocation, on_item).begin()
+        run = Run(self.pool, invocation, on_item)
+        return await awaited(run.begin(), run)
 
     async def close(self) -> None:
         if not self.pool.closed:
@@ -110,32 +111,47 @@ class Run:
         self.fn, self.timeout_s = invocation.fn, invocation.timeout_s
         self._ticket: Ticket | None = None
         self._killed = False
+        self.outcome: Outcome | None = None  # once it has ended
+        self._waiting: asyncio.Future[Outcome] | None = None  # what is handed the outcome
+
+    def stop(self) -> asyncio.Future[Outcome]:
+        """Kill it, the future ``begin`` gave given up; the future of its end."""
+        self._waiting = ended = asyncio.get_running_loop().create_future()
+        if self.outcome is not None:
+            ended.set_result(self.outcome)
+        else:
+            self.kill()
+        return ended
+
+    def _ended(self, outcome: Outcome) -> None:
+        self.outcome, waiting = outcome, self._waiting
+        if waiting is not None and not waiting.done():  # not given up
+            waiting.set_result(outcome)
 
     def kill(self) -> None:
         self._killed = True
         if self._ticket is not None:
             self._ticket.tell(("kill", self._ticket.id))  # the waiter acts on it
 
-    def begin(self) -> Held:
-        """Start on the pool's event loop (the running one); the future of its outcome
-        (cancelling it kills the run, see :class:`~.runners.Held`). Each message of its
-        child is handed straight to the waiter, and a timer of the loop stands for its
-        time-out: no thread, no task and no queue take part in the invocation (``kill``
-        still works from any thread)."""
+    def begin(self) -> asyncio.Future[Outcome]:
+        """Start on the pool's event loop (the running one); the future of its outcome.
+        Each message of its child is handed straight to the waiter, and a timer of the
+        loop stands for its time-out: no thread, no task and no queue take part in the
+        invocation (``kill`` still works from any thread)."""
         loop = asyncio.get_running_loop()
-        done = Held(loop, self.kill)
+        self._waiting = done = loop.create_future()
         here = threading.get_ident()
         timer: list[asyncio.TimerHandle] = []  # the one pending, if any
 
         def step(message: tuple[Any, ...] | None) -> None:
-            if not done.done():
+            if self.outcome is None:
                 settle(waiter._step(message))
 
         def settle(ended: Outcome | None) -> None:
             if timer:
                 timer.pop().cancel()
             if ended is not None:
-                done.set_result(ended)
+                self._ended(ended)
                 return
             wait_s = waiter._next_s()
             if wait_s is not None:

@@ -58,21 +58,26 @@ class Runner(Protocol):
         """Stop what it keeps (children, threads) once nothing runs; again is nothing."""
 
 
-class Held(asyncio.Future["Outcome"]):
-    """The future of one run's outcome, awaited by the daemon's task for the invocation.
-    Its ``cancel`` (the task's cancel: a lost lease, a daemon stopping) stops the run
-    instead of cancelling the future: the task's cancel then goes on once the run has
-    ended and its outcome is set, so the run holds its slot until then. Awaited as it
-    is, with no ``asyncio.shield`` (a second future and two callbacks per invocation)."""
+class Stoppable(Protocol):
+    """A run begun: ``stop`` kills it once its first future is given up (cancelled)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, stop: Callable[[], None]) -> None:
-        super().__init__(loop=loop)
-        self._stop = stop
+    def stop(self) -> asyncio.Future[Outcome]:
+        """Kill it; the future of its end (its outcome, once it has one)."""
+        ...
 
-    def cancel(self, msg: Any = None) -> bool:
-        if not self.done():
-            self.get_loop().call_soon(self._stop)  # in the loop's next turn, as a task's
-        return False  # not cancelled: the awaiting task is, once the outcome is set
+
+async def awaited(done: asyncio.Future[Outcome], run: Stoppable) -> Outcome:
+    """A run's outcome. Cancelled meanwhile (a lost lease, a daemon stopping), the run is
+    stopped and the cancel goes on once it has ended, so it holds its slot until then.
+    ``done`` is awaited as it is (a cancel cancels it, and the run is asked for another
+    future): no ``asyncio.shield``, a second future and two callbacks per invocation."""
+    try:
+        return await done
+    except asyncio.CancelledError:
+        if done.cancelled():  # it was running: stop it, and wait until it has ended
+            with contextlib.suppress(asyncio.CancelledError):  # a second cancel: go
+                await run.stop()
+        raise
 
 
 async def until_ended(done: asyncio.Future[T], stop: Callable[[], None]) -> T:

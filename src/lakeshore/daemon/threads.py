@@ -35,7 +35,7 @@ from typing import Any
 from lakeshore import jsontext
 from lakeshore.daemon import calls
 from lakeshore.daemon.runner import GIVE_WAY_S, Outcome, outcome_of, stopped, timed_out
-from lakeshore.daemon.runners import Held, Invocation, OnItem, until_ended
+from lakeshore.daemon.runners import Invocation, OnItem, awaited, until_ended
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -72,7 +72,8 @@ class Threads:
             target = await until_ended(preparing, _nothing)
             if isinstance(target, tuple):
                 return outcome_of(fn, invocation.timeout_s, *target)
-        return await ThreadRun(self, invocation, on_item).begin(target)
+        run = ThreadRun(self, invocation, on_item)
+        return await awaited(run.begin(target), run)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._close)
@@ -120,8 +121,8 @@ class Threads:
 
 class ThreadRun:
     """One invocation on the thread runner: ``begin`` starts it and hands back the future
-    of its outcome, on the running loop (cancelling it stops the run, see
-    :class:`~.runners.Held`); ``kill`` (on that loop) ends it early."""
+    of its outcome, on the running loop; ``kill`` and ``stop`` (on that loop) end it
+    early."""
 
     def __init__(self, threads: Threads, invocation: Invocation, on_item: OnItem | None) -> None:
         self.threads, self.invocation, self._on_item = threads, invocation, on_item
@@ -132,11 +133,12 @@ class ThreadRun:
         self._thread: threading.Thread | None = None  # a plain function's
         self._task: asyncio.Task[Event] | None = None  # an async one's, on the runner's loop
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._done: Held | None = None
+        self.outcome: Outcome | None = None  # once it has ended
+        self._waiting: asyncio.Future[Outcome] | None = None  # what is handed the outcome
 
-    def begin(self, target: Any) -> Held:
+    def begin(self, target: Any) -> asyncio.Future[Outcome]:
         loop = self._loop = asyncio.get_running_loop()
-        done = self._done = Held(loop, self.kill)
+        self._waiting = done = loop.create_future()
         limit = self.timeout_s
         if calls.is_async(target):
             self.threads.submit(self._main(target)).add_done_callback(self._settled)
@@ -154,9 +156,18 @@ class ThreadRun:
     def kill(self) -> None:
         self._end("stopped")
 
+    def stop(self) -> asyncio.Future[Outcome]:
+        """Kill it, the future ``begin`` gave given up; the future of its end."""
+        self._waiting = ended = asyncio.get_running_loop().create_future()
+        if self.outcome is not None:
+            ended.set_result(self.outcome)
+        else:
+            self.kill()
+        return ended
+
     def _end(self, why: str) -> None:
         """Past its time-out, or stopped: end it, and wait a moment for it to give way."""
-        if self._ending is not None or self._done is None or self._done.done():
+        if self._ending is not None or self._loop is None or self.outcome is not None:
             return
         assert self._loop is not None
         self._ending, self._ended = why, True
@@ -182,18 +193,20 @@ class ThreadRun:
             self._loop.call_soon_threadsafe(self._finish, event)
 
     def _finish(self, event: Event | None) -> None:
-        done = self._done
-        if done is None or done.done():
+        if self.outcome is not None:
             return
         if self._timer is not None:
             self._timer.cancel()
         if self._ending == "timeout":
-            done.set_result(timed_out(self.fn, self.timeout_s))
+            self.outcome = timed_out(self.fn, self.timeout_s)
         elif self._ending is not None:
-            done.set_result(stopped(self.fn))
+            self.outcome = stopped(self.fn)
         else:
             assert event is not None
-            done.set_result(outcome_of(self.fn, self.timeout_s, *event))
+            self.outcome = outcome_of(self.fn, self.timeout_s, *event)
+        waiting = self._waiting
+        if waiting is not None and not waiting.done():  # not given up
+            waiting.set_result(self.outcome)
 
     def _emit(self, text: str) -> None:
         if self._ended:
