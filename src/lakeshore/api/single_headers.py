@@ -1,13 +1,12 @@
 """One ``Authorization`` and one ``Content-Type`` a request, or a 400.
 
 HTTP lets a header name repeat, and readers disagree on which one counts: Starlette's
-``request.headers[...]`` takes the first, the fast submit door
-(:mod:`lakeshore.api.fast_submit`) read the last, a proxy in front may take either or
-join them. Two ``Authorization`` headers, junk then a valid token, were a 201 at the fast
-door and a 401 on the route; a proxy that checks one and a server that uses the other
-is how a request gets past the check. Neither header has a meaning when repeated, so a
-request that repeats one is refused, 400 ``bad_request`` in the API's error shape, on
-every route, before routing; the fast door leaves such a request to this guard.
+``request.headers[...]`` takes the first, a second submit door (since removed) read the
+last, a proxy in front may take either or join them. Two ``Authorization`` headers, junk
+then a valid token, were a 201 at that door and a 401 on the route; a proxy that checks
+one and a server that uses the other is how a request gets past the check. Neither
+header has a meaning when repeated, so a request that repeats one is refused, 400
+``bad_request`` in the API's error shape, on every route, before routing.
 
 The check is one walk over the scope's header pairs (lower-case bytes, as ASGI gives
 them), nothing decoded: about 0.5 µs for a request of five or ten headers on the 2-core
