@@ -6,7 +6,8 @@ the no-framework ASGI app of ``bench/floor_app.py`` (``FLOOR_MODE=noop``) under 
 with httptools and uvloop, in a process of its own; one sequential client, one kept-alive
 connection, ``--requests`` timed ``POST``s of a submit-shaped JSON body (after 300
 untimed ones), each answer read and decoded. Clients: the SDK's own transport
-(``lakeshore.connections``: kept sockets, answers read by httptools), the standard
+(``lakeshore.transport``'s direct implementation: kept sockets, answers read by
+httptools), the standard
 library's ``http.client`` on one kept-alive connection (the SDK's transport before), a
 urllib3 connection pool (before that; when urllib3 is installed), and httpx.
 It prints requests per second and the client's CPU per request, for ``--rounds``
@@ -32,7 +33,7 @@ import httpx
 import orjson
 from peers import BIN, clean_env, free_port, load
 
-from lakeshore.connections import Connections
+from lakeshore import transport
 
 BENCH = Path(__file__).resolve().parent
 BODY = orjson.dumps({"fn": "bench.peers_udf:noop", "args": [], "kwargs": {}})
@@ -50,7 +51,7 @@ def timed(call: Callable[[], object], count: int) -> tuple[float, float]:
 
 
 def clients(url: str) -> dict[str, Callable[[], object]]:
-    own = Connections(url, timeout=30)
+    own = transport.connect(url, timeout=30)
     client = httpx.Client(base_url=url, timeout=30)
     parts = url.removeprefix("http://").rsplit(":", 1)
     stdlib = http.client.HTTPConnection(parts[0], int(parts[1]), timeout=30)
@@ -60,8 +61,8 @@ def clients(url: str) -> dict[str, Callable[[], object]]:
         return orjson.loads(stdlib.getresponse().read())
 
     calls: dict[str, Callable[[], object]] = {
-        "lakeshore.connections (httptools)": lambda: orjson.loads(
-            own.request("POST", "/submit", BODY, HEADERS)[1]
+        "lakeshore.transport (httptools)": lambda: orjson.loads(
+            own.request("POST", "/submit", body=BODY, headers=HEADERS).content
         ),
         "http.client, one kept-alive connection": stdlib_call,
     }

@@ -59,6 +59,12 @@ def divide(a: float, b: float) -> float:
     return a / b
 
 
+# retried at once on any error but ZeroDivisionError, which fails it at its first attempt
+@udf(queue="sdk", retry={"max_attempts": 3, "base_s": 0.0, "never": ["ZeroDivisionError"]})
+def careful_divide(a: float, b: float) -> float:
+    return a / b
+
+
 class Unusual(Exception):
     pass
 

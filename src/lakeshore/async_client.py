@@ -20,7 +20,7 @@ event loop it is first used on.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -107,10 +107,22 @@ class AsyncClient:
         timeout_s: float | None = None,
         delay_s: float | None = None,
         not_before: datetime | None = None,
+        retry: Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> AsyncHandle[Any]:
-        """Submit one call; ``delay_s`` or ``not_before`` (not both) holds it back until
-        then (at most a year ahead)."""
-        body = submit_body(fn, args, kwargs, key, max_attempts, timeout_s, delay_s, not_before)
+        """Submit one call, as :meth:`lakeshore.Client.submit` does."""
+        body = submit_body(
+            fn,
+            args,
+            kwargs,
+            key=key,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+            delay_s=delay_s,
+            not_before=not_before,
+            retry=retry,
+            concurrency_key=concurrency_key,
+        )
         created = await self.request("POST", self._path("queues", queue, "invocations"), json=body)
         return AsyncHandle(self, created["id"])
 
@@ -123,13 +135,17 @@ class AsyncClient:
         *,
         max_attempts: int | None = None,
         timeout_s: float | None = None,
+        retry: Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> list[AsyncHandle[Any]]:
         """Submit ``fn`` once per item of ``args_list`` (``kwargs_list``'s item by item,
         when given), in order, 1,000 to a request, each request's batch stored whole or
         not at all; the handles in the calls' order."""
         path = self._path("queues", queue, "invocations", "batch") + "?answer=ids"
         handles: list[AsyncHandle[Any]] = []
-        for batch in batches(fn, args_list, kwargs_list, max_attempts, timeout_s):
+        options: dict[str, Any] = {"max_attempts": max_attempts, "timeout_s": timeout_s}
+        options.update(retry=retry, concurrency_key=concurrency_key)
+        for batch in batches(fn, args_list, kwargs_list, **options):
             answer = await self.request("POST", path, json={"invocations": batch})
             handles.extend(AsyncHandle(self, item["id"]) for item in answer["invocations"])
         return handles

@@ -28,7 +28,7 @@ import functools
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 from urllib.parse import quote
@@ -156,10 +156,25 @@ class Client:
         timeout_s: float | None = None,
         delay_s: float | None = None,
         not_before: datetime | None = None,
+        retry: Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> Handle[Any]:
         """Submit one call; ``delay_s`` or ``not_before`` (not both) holds it back until
-        then (at most a year ahead)."""
-        body = submit_body(fn, args, kwargs, key, max_attempts, timeout_s, delay_s, not_before)
+        then (at most a year ahead). ``retry`` is this call's retry policy (its fields
+        over the queue's: ``docs/taskqueue.md``); ``concurrency_key`` the key the queue's
+        ``max_running_per_key`` counts and takes turns by."""
+        body = submit_body(
+            fn,
+            args,
+            kwargs,
+            key=key,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+            delay_s=delay_s,
+            not_before=not_before,
+            retry=retry,
+            concurrency_key=concurrency_key,
+        )
         created = self.request("POST", self._path("queues", queue, "invocations"), json=body)
         return Handle(self, created["id"])
 
@@ -172,14 +187,18 @@ class Client:
         *,
         max_attempts: int | None = None,
         timeout_s: float | None = None,
+        retry: Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> list[Handle[Any]]:
         """Submit ``fn`` once per item of ``args_list`` (each the call's positional
         arguments; ``kwargs_list``, when given, the keyword arguments, item by item), in
-        order, 1,000 to a request. Each request's batch is stored whole or not at all; the
-        handles come back in the calls' order."""
+        order, 1,000 to a request, each with the options given. Each request's batch is
+        stored whole or not at all; the handles come back in the calls' order."""
         path = self._path("queues", queue, "invocations", "batch") + "?answer=ids"
         handles: list[Handle[Any]] = []
-        for batch in batches(fn, args_list, kwargs_list, max_attempts, timeout_s):
+        options: dict[str, Any] = {"max_attempts": max_attempts, "timeout_s": timeout_s}
+        options.update(retry=retry, concurrency_key=concurrency_key)
+        for batch in batches(fn, args_list, kwargs_list, **options):
             answer = self.request("POST", path, json={"invocations": batch})
             handles.extend(Handle(self, item["id"]) for item in answer["invocations"])
         return handles
@@ -338,15 +357,25 @@ def submit_body(
     fn: str,
     args: Sequence[Any],
     kwargs: dict[str, Any] | None,
-    key: str | None,
-    max_attempts: int | None,
-    timeout_s: float | None,
+    *,
+    key: str | None = None,
+    max_attempts: int | None = None,
+    timeout_s: float | None = None,
     delay_s: float | None = None,
     not_before: datetime | None = None,
+    retry: Mapping[str, Any] | None = None,
+    concurrency_key: str | None = None,
 ) -> dict[str, Any]:
-    """One submit's body, as both clients send it."""
+    """One submit's body, as both clients send it (an option left ``None`` is not sent:
+    the server's default, or the queue's, holds)."""
     body: dict[str, Any] = {"fn": fn, "args": list(args), "kwargs": kwargs or {}}
-    for name, value in (("key", key), ("max_attempts", max_attempts), ("timeout_s", timeout_s)):
+    for name, value in (
+        ("key", key),
+        ("max_attempts", max_attempts),
+        ("timeout_s", timeout_s),
+        ("retry", dict(retry) if retry else None),
+        ("concurrency_key", concurrency_key),
+    ):
         if value is not None:
             body[name] = value
     body.update(_delay(delay_s, not_before))
@@ -357,11 +386,11 @@ def batches(
     fn: str,
     args_list: Iterable[Sequence[Any]],
     kwargs_list: Iterable[dict[str, Any]] | None,
-    max_attempts: int | None,
-    timeout_s: float | None,
+    **options: Any,
 ) -> Iterator[list[dict[str, Any]]]:
     """The bodies of ``fn``'s calls (``args_list``, with ``kwargs_list``'s item by item),
-    :data:`BATCH_MAX` to a batch, in order; ``ValueError`` when the lengths differ."""
+    each with ``options`` (:func:`submit_body`'s), :data:`BATCH_MAX` to a batch, in
+    order; ``ValueError`` when the lengths differ."""
     calls: Iterable[tuple[Sequence[Any], dict[str, Any] | None]] = (
         ((args, None) for args in args_list)
         if kwargs_list is None
@@ -369,7 +398,7 @@ def batches(
     )
     batch: list[dict[str, Any]] = []
     for args, kwargs in calls:
-        batch.append(submit_body(fn, args, kwargs, None, max_attempts, timeout_s))
+        batch.append(submit_body(fn, args, kwargs, **options))
         if len(batch) == BATCH_MAX:
             yield batch
             batch = []
@@ -431,11 +460,13 @@ class UDF(Generic[P, R]):
         timeout_s: float | None,
         client: Client | None,
         setup: Callable[[], Any] | None = None,
+        retry: Mapping[str, Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, func)
         self.func, self.queue = func, queue
         self.max_attempts, self.timeout_s = max_attempts, timeout_s
         self.setup = setup
+        self.retry = dict(retry) if retry else None  # the function's policy (its fields)
         self._client = client
         self._aclient: AsyncClient | None = None  # asubmit's and amap's, when bound
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
@@ -457,6 +488,7 @@ class UDF(Generic[P, R]):
             timeout_s=self.timeout_s,
             client=client if isinstance(client, Client) else self._client,
             setup=self.setup,
+            retry=self.retry,
         )
         bound._aclient = self._aclient if isinstance(client, Client) else client
         return bound
@@ -487,11 +519,14 @@ class UDF(Generic[P, R]):
         _key: str | None = None,
         _delay: float | None = None,
         _not_before: datetime | None = None,
+        _retry: Mapping[str, Any] | None = None,
+        _concurrency_key: str | None = None,
         **kwargs: Any,
     ) -> Handle[R]:
         """Submit a call; ``_delay`` (seconds) or ``_not_before`` (an aware datetime)
-        holds it back until then."""
-        options = self._options(_key, _delay, _not_before)
+        holds it back until then; ``_retry``'s fields override the function's policy for
+        this call; ``_concurrency_key`` names the key the queue's per-key limit counts."""
+        options = self._options(_key, _delay, _not_before, _retry, _concurrency_key)
         return self.client.submit(self.queue, self.path, args, kwargs, **options)
 
     def submit_many(
@@ -501,14 +536,8 @@ class UDF(Generic[P, R]):
     ) -> list[Handle[R]]:
         """One invocation per item of ``args_list`` (with ``kwargs_list``'s, item by item,
         if given), 1,000 to a request: see :meth:`Client.submit_many`."""
-        self._require_importable()
         return self.client.submit_many(
-            self.queue,
-            self.path,
-            args_list,
-            kwargs_list,
-            max_attempts=self.max_attempts,
-            timeout_s=self.timeout_s,
+            self.queue, self.path, args_list, kwargs_list, **self._many_options()
         )
 
     async def asubmit(
@@ -517,22 +546,19 @@ class UDF(Generic[P, R]):
         _key: str | None = None,
         _delay: float | None = None,
         _not_before: datetime | None = None,
+        _retry: Mapping[str, Any] | None = None,
+        _concurrency_key: str | None = None,
         **kwargs: Any,
     ) -> AsyncHandle[R]:
         """:meth:`submit` from an event loop: ``await f.asubmit(...)``."""
-        options = self._options(_key, _delay, _not_before)
+        options = self._options(_key, _delay, _not_before, _retry, _concurrency_key)
         return await self.aclient.submit(self.queue, self.path, args, kwargs, **options)
 
     async def amap(self, *iterables: Iterable[Any]) -> list[AsyncHandle[R]]:
         """:meth:`map` from an event loop: ``await f.amap(xs)``, 1,000 calls to a request;
         wait for them with :func:`lakeshore.agather`."""
-        self._require_importable()
         return await self.aclient.submit_many(
-            self.queue,
-            self.path,
-            zip(*iterables, strict=False),
-            max_attempts=self.max_attempts,
-            timeout_s=self.timeout_s,
+            self.queue, self.path, zip(*iterables, strict=False), **self._many_options()
         )
 
     def map(self, *iterables: Iterable[Any]) -> list[Handle[R]]:
@@ -543,9 +569,14 @@ class UDF(Generic[P, R]):
         return self.submit_many(zip(*iterables, strict=False))
 
     def _options(
-        self, key: str | None, delay_s: float | None, not_before: datetime | None
+        self,
+        key: str | None = None,
+        delay_s: float | None = None,
+        not_before: datetime | None = None,
+        retry: Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
     ) -> dict[str, Any]:
-        """A submit's options: the call's own and this function's."""
+        """A submit's options: the call's own over this function's."""
         self._require_importable()
         return {
             "key": key,
@@ -553,7 +584,14 @@ class UDF(Generic[P, R]):
             "timeout_s": self.timeout_s,
             "delay_s": delay_s,
             "not_before": not_before,
+            "retry": {**(self.retry or {}), **(retry or {})} or None,
+            "concurrency_key": concurrency_key,
         }
+
+    def _many_options(self) -> dict[str, Any]:
+        """A batch's options: this function's."""
+        self._require_importable()
+        return {"max_attempts": self.max_attempts, "timeout_s": self.timeout_s, "retry": self.retry}
 
     def _require_importable(self) -> None:
         if self.func.__module__ == "__main__" or "<locals>" in self.func.__qualname__:
@@ -570,9 +608,14 @@ def udf(
     timeout_s: float | None = None,
     client: Client | None = None,
     setup: Callable[[], Any] | None = None,
+    retry: Mapping[str, Any] | None = None,
 ) -> Callable[[Callable[P, R]], UDF[P, R]]:
     """Make a function submittable to ``queue``: ``f.submit(*args, _key=None, _delay=None,
-    _not_before=None, **kwargs)``.
+    _not_before=None, _retry=None, _concurrency_key=None, **kwargs)``.
+
+    ``retry`` is the function's retry policy (``{"max_attempts", "backoff", "base_s",
+    "max_s", "jitter", "never", "only"}``, each optional), over the queue's and under a
+    submit's ``_retry``.
 
     ``setup`` (no arguments, plain or ``async def``) runs once in each daemon child before
     the child's first invocation of a function that names it, never where you submit:
@@ -588,6 +631,7 @@ def udf(
             timeout_s=timeout_s,
             client=client,
             setup=setup,
+            retry=retry,
         )
 
     return wrap

@@ -381,6 +381,20 @@ def test_the_sdk_submits_and_gets_results_and_remote_errors(
             two, by_zero, unusual_one = lakeshore.gather(mixed, return_exceptions=True)
             assert two == 2 and isinstance(by_zero, ZeroDivisionError)
             assert isinstance(unusual_one, RemoteError)
+            # retry policies: the function's, and a submit's over it
+            careful = udfs.careful_divide.bind(client)
+            never = careful.submit(1, 0)  # ZeroDivisionError: never retried
+            retried = careful.submit("a", 2)  # TypeError: retried, at once, to its third
+            once = careful.submit("a", 2, _retry={"max_attempts": 1})
+            with pytest.raises(ZeroDivisionError):
+                never.result(timeout=60)
+            with pytest.raises(TypeError):
+                retried.result(timeout=60)
+            with pytest.raises(TypeError):
+                once.result(timeout=60)
+            assert never.info()["attempts"] == 1
+            assert (retried.info()["attempts"], retried.info()["retry"]["base_s"]) == (3, 0.0)
+            assert once.info()["attempts"] == 1
             pair = [client.submit("sdk", "tests.udfs:sleep", [30]), cube.submit(4)]
             done, waiting = lakeshore.wait(pair, return_when=lakeshore.FIRST_COMPLETED)
             assert (done, waiting) == ([pair[1]], [pair[0]])

@@ -275,7 +275,7 @@ async def test_an_empty_claim_says_when_pending_work_may_be_claimed(
     await submit(api, "other")  # another queue's work is not this worker's
     empty = await api.post(f"{W}/{worker}/claim", json={"timeout_s": 0})
     assert empty.json() == {"invocations": [], "next_in_s": None}
-    await submit(api, "q", max_attempts=2)
+    await submit(api, "q", max_attempts=2, retry={"jitter": False})  # a wait of exactly 1 s
     [got] = await claim(api, worker)
     error = {"type": "ValueError", "message": "bad input"}
     await api.post(f"{W}/{worker}/invocations/{got['id']}/fail", json={"error": error})
@@ -323,14 +323,15 @@ async def test_an_expired_lease_returns_to_pending_then_fails_when_spent(
 async def test_one_sweep_fails_spent_leases_and_backs_off_each_by_its_attempt(
     api: httpx.AsyncClient, store: Store, clock: FakeClock
 ) -> None:
-    b = await submit(api, "sweep", max_attempts=3)
+    exact = {"jitter": False}  # each wait its bound: 1 s after the first attempt, 2 s after
+    b = await submit(api, "sweep", max_attempts=3, retry=exact)
     worker = await hello(api, ["sweep"])
     await claim(api, worker)
     clock.advance(worker_service.LEASE_S + 1)
     assert (await reaper.reap(store, clock()))["retried"] == 1
     clock.advance(1)
-    a = await submit(api, "sweep", max_attempts=1)
-    c = await submit(api, "sweep", max_attempts=3)
+    a = await submit(api, "sweep", max_attempts=1, retry=exact)
+    c = await submit(api, "sweep", max_attempts=3, retry=exact)
     leased = {i["id"]: i["attempts"] for i in await claim(api, worker)}
     assert leased == {a["id"]: 1, b["id"]: 2, c["id"]: 1}
 

@@ -186,6 +186,8 @@ async def test_the_hand_off_asks_the_same_rule_of_the_row_it_inserts(
         "state": "pending",
         "attempts": 0,
         "max_attempts": 3,
+        "retry": None,
+        "concurrency_key": None,
         "timeout_s": None,
         "available_at": NOW + timedelta(seconds=due_in_s),
         "created_at": NOW,

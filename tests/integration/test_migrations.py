@@ -22,6 +22,7 @@ from lakeshore.store.tables import (
     metadata,
     namespaces,
     queues,
+    rate_buckets,
     stream_items,
     tokens,
     ui_sessions,
@@ -121,8 +122,15 @@ _LATER = {
     ("queues", "retention_s"),  # 0011
     ("invocations", "schedule"),  # 0013
     ("invocations", "slot"),  # 0013
+    ("invocations", "retry"),  # 0015
+    ("invocations", "concurrency_key"),  # 0015
+    ("queues", "retry"),  # 0015
 }
-_LATER_INDEXES = {"ix_invocations_finished", "ix_invocations_deferred"}  # 0011, 0014
+_LATER_INDEXES = {  # 0011, 0014, 0015
+    "ix_invocations_finished",
+    "ix_invocations_deferred",
+    "ix_invocations_running_key",
+}
 
 
 def _contents(conn: Connection) -> dict[str, list[Any]]:
@@ -334,4 +342,28 @@ def test_0014_adds_the_tallies_and_the_deferred_index_keeping_every_row(empty_ur
         assert _contents(conn) == before
         assert "ix_invocations_deferred" not in _index_definitions(conn)
         assert "finished_tallies" not in inspect(conn).get_table_names()
+    engine.dispose()
+
+
+def test_0015_adds_retry_policies_keys_and_rate_buckets_keeping_every_row(
+    empty_url: str,
+) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0014")
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        kept = conn.execute(select(invocations.c.retry, invocations.c.concurrency_key)).all()
+        assert kept and all(row == (None, None) for row in kept)  # the default policy, no key
+        assert conn.execute(select(rate_buckets)).all() == []
+        made = _index_definitions(conn)["ix_invocations_running_key"]
+        assert "concurrency_key IS NOT NULL" in made, made  # keyed running rows only
+    _alembic(empty_url, "downgrade", "0014")  # and back, rows kept
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert "ix_invocations_running_key" not in _index_definitions(conn)
+        assert "rate_buckets" not in inspect(conn).get_table_names()
+        columns = {c["name"] for c in inspect(conn).get_columns("invocations")}
+        assert not columns & {"retry", "concurrency_key"}
+        assert "retry" not in {c["name"] for c in inspect(conn).get_columns("queues")}
     engine.dispose()

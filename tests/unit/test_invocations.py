@@ -13,8 +13,9 @@ from lakeshore.domain.invocations import (
     parse_submit,
     parse_submits,
     priority_of,
-    retry_backoff_s,
+    retry_policy,
 )
+from lakeshore.domain.retry import RetryPolicy, RetrySpec
 from lakeshore.errors import InvalidInput
 
 
@@ -34,8 +35,40 @@ def test_a_submit_keeps_everything_it_carries() -> None:
         "timeout_s": 2.5,
         "delay_s": 30.0,
         "not_before": None,  # one or the other
+        "retry": {
+            "max_attempts": None,
+            "backoff": "fixed",
+            "base_s": 2.0,
+            "max_s": None,
+            "jitter": False,
+            "never": ["ValueError"],
+            "only": None,
+        },
+        "concurrency_key": "customer-9",
     }
     assert parse_submit(body).model_dump() == body
+
+
+@pytest.mark.parametrize(
+    ("body", "queue_retry", "expected"),
+    [
+        ({}, None, RetryPolicy()),
+        ({"max_attempts": 3}, None, RetryPolicy()),  # given, and the default
+        ({"max_attempts": 5}, RetrySpec(max_attempts=2), RetryPolicy(max_attempts=5)),
+        ({}, RetrySpec(max_attempts=2, jitter=False), RetryPolicy(max_attempts=2, jitter=False)),
+        # max_attempts given beside retry wins over retry's
+        (
+            {"max_attempts": 4, "retry": {"max_attempts": 9, "never": ["KeyError"]}},
+            RetrySpec(backoff="fixed"),
+            RetryPolicy(max_attempts=4, never=("KeyError",), backoff="fixed"),
+        ),
+        ({"retry": {"only": ["IOError"]}}, None, RetryPolicy(only=("IOError",))),
+    ],
+)
+def test_a_submit_s_retry_policy_is_its_own_over_its_queue_s(
+    body: dict[str, Any], queue_retry: RetrySpec | None, expected: RetryPolicy
+) -> None:
+    assert retry_policy(parse_submit({"fn": "pkg:fn", **body}), queue_retry) == expected
 
 
 # (body, where, field, exact message)
@@ -191,31 +224,21 @@ def test_priority_is_a_finite_number_or_zero(
 
 
 @pytest.mark.parametrize(
-    ("attempts", "backoff"),
-    [(0, 1.0), (1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 60.0), (100, 60.0)],
-)
-def test_retry_backoff_doubles_from_one_second_up_to_a_minute(
-    attempts: int, backoff: float
-) -> None:
-    assert retry_backoff_s(attempts) == backoff
-
-
-def test_retry_backoff_takes_its_base_and_cap() -> None:
-    assert retry_backoff_s(3, base_s=0.5, cap_s=1.5) == 1.5
-    assert retry_backoff_s(2, base_s=0.5, cap_s=10.0) == 1.0
-
-
-@pytest.mark.parametrize(
-    ("attempts", "max_attempts", "retry", "state"),
+    ("attempts", "policy", "retry", "error_type", "state"),
     [
-        (1, 3, True, "pending"),
-        (2, 3, True, "pending"),
-        (3, 3, True, "failed"),  # the last attempt is spent
-        (4, 3, True, "failed"),
-        (1, 3, False, "failed"),  # an error that asks not to retry
+        (1, RetryPolicy(), True, "ValueError", "pending"),
+        (2, RetryPolicy(), True, "ValueError", "pending"),
+        (3, RetryPolicy(), True, "ValueError", "failed"),  # the last attempt is spent
+        (4, RetryPolicy(), True, "ValueError", "failed"),
+        (1, RetryPolicy(), False, "ValueError", "failed"),  # an error that asks not to retry
+        (1, RetryPolicy(never=("ValueError",)), True, "ValueError", "failed"),
+        (1, RetryPolicy(only=("IOError",)), True, "ValueError", "failed"),
+        (1, RetryPolicy(only=("IOError",)), True, "LeaseExpired", "pending"),
+        (4, RetryPolicy(max_attempts=5), True, "ValueError", "pending"),
     ],
 )
-def test_a_failed_attempt_goes_back_to_pending_until_attempts_are_spent(
-    attempts: int, max_attempts: int, retry: bool, state: InvocationState
+def test_a_failed_attempt_goes_back_to_pending_while_its_policy_allows(
+    attempts: int, policy: RetryPolicy, retry: bool, error_type: str, state: InvocationState
 ) -> None:
-    assert after_failure(attempts, max_attempts, retry=retry) == state
+    error = {"type": error_type, "message": "m"}
+    assert after_failure(attempts, policy, retry=retry, error=error) == state

@@ -66,6 +66,16 @@ def test_waits_grow_to_their_cap_and_full_jitter_draws_below_the_bound(
 
 
 @pytest.mark.parametrize(
+    ("attempts", "bound"),
+    [(0, 1.0), (1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 60.0), (100, 60.0)],
+)
+def test_the_default_bound_doubles_from_one_second_up_to_a_minute(
+    attempts: int, bound: float
+) -> None:
+    assert DEFAULT.bound_s(attempts) == bound
+
+
+@pytest.mark.parametrize(
     ("policy", "error_type", "retried"),
     [
         (DEFAULT, "ValueError", True),

@@ -33,7 +33,14 @@ from pydantic import (
 )
 
 from lakeshore.domain import jsonsafe
-from lakeshore.domain.retry import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT
+from lakeshore.domain.retry import (
+    DEFAULT,
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_ATTEMPTS_LIMIT,
+    RetryPolicy,
+    RetrySpec,
+    layered,
+)
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import InvalidInput
 
@@ -69,6 +76,9 @@ class Submit(BaseModel):
     delay_s: Annotated[float, Field(ge=0, le=MAX_DELAY_S)] | None = None
     # RFC 3339 text: a strict model takes no text as a datetime, so it is read here
     not_before: Annotated[StrictStr, Field(max_length=64)] | None = None
+    retry: RetrySpec | None = None  # this submit's fields of its retry policy
+    # what the queue's per-key limits count and a claim takes turns by (a customer, a model)
+    concurrency_key: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None = None
 
     @field_validator("not_before")
     @classmethod
@@ -206,14 +216,26 @@ def priority_of(
     return number if math.isfinite(number) else 0.0
 
 
-def retry_backoff_s(attempts: int, *, base_s: float = 1.0, cap_s: float = 60.0) -> float:
-    """Seconds before a failed attempt may be claimed again: 1, 2, 4, … capped at 60."""
-    return float(min(cap_s, base_s * 2 ** max(0, attempts - 1)))
+def retry_policy(submit: Submit, queue_retry: RetrySpec | None) -> RetryPolicy:
+    """A submit's effective retry policy: its own fields (``max_attempts`` given beside
+    ``retry`` wins), else its queue's, else the default (:mod:`.retry`)."""
+    own: dict[str, Any] = submit.retry.given() if submit.retry is not None else {}
+    if "max_attempts" in submit.model_fields_set:
+        own["max_attempts"] = submit.max_attempts
+    if not own and queue_retry is None:
+        return DEFAULT
+    return layered([own, queue_retry.given() if queue_retry is not None else None])
 
 
-def after_failure(attempts: int, max_attempts: int, *, retry: bool) -> InvocationState:
-    """Where an attempt that failed (or lost its lease) leaves the invocation."""
-    return "pending" if retry and attempts < max_attempts else "failed"
+def after_failure(
+    attempts: int, policy: RetryPolicy, *, retry: bool, error: dict[str, Any] | None = None
+) -> InvocationState:
+    """Where an attempt that failed (or lost its lease) leaves the invocation: pending
+    again while its ``policy`` has attempts left and lets ``error``'s type be retried (and
+    the error itself did not ask not to be), else failed."""
+    error_type = error.get("type") if isinstance(error, dict) else None
+    again = retry and attempts < policy.max_attempts
+    return "pending" if again and policy.may_retry(error_type) else "failed"
 
 
 @dataclass(frozen=True)

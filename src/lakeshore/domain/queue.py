@@ -37,6 +37,7 @@ from lakeshore.domain.kinds import (
 )
 from lakeshore.domain.names import Name
 from lakeshore.domain.retention import MAX_RETENTION_S
+from lakeshore.domain.retry import RetrySpec
 from lakeshore.domain.states import QueueState
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import InvalidInput
@@ -254,6 +255,8 @@ class QueueSpec(BaseModel):
     retention_s: Annotated[float, Field(gt=0, le=MAX_RETENTION_S)] | None = Field(
         default=None, alias="retention_s"
     )
+    # the queue's retry policy (each field optional): under a function's and a submit's
+    retry: RetrySpec | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record as the API and the store spell it (camelCase, unset fields omitted)."""

@@ -119,6 +119,20 @@ class RetryPolicy:
 DEFAULT: Final = RetryPolicy()
 
 
+def stored(policy: RetryPolicy) -> dict[str, Any] | None:
+    """What an invocation stores of its policy beside its ``max_attempts`` column:
+    nothing when the rest is the default (most submits)."""
+    if replace(policy, max_attempts=DEFAULT.max_attempts) == DEFAULT:
+        return None
+    return policy.to_json()
+
+
+def policy_of(stored_policy: Mapping[str, Any] | None, max_attempts: int) -> RetryPolicy:
+    """An invocation's effective policy from its row: its stored policy (None: the
+    default) with its ``max_attempts`` column, which a retry by hand may have raised."""
+    return replace(RetryPolicy.from_json(stored_policy), max_attempts=max_attempts)
+
+
 def layered(specs: Iterable[Mapping[str, Any] | None]) -> RetryPolicy:
     """The effective policy of ``specs`` (each a :meth:`RetrySpec.given` or ``None``),
     the first that sets a field giving it, :data:`DEFAULT` the rest. A cap below the

@@ -13,8 +13,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore import logs
 from lakeshore.domain import access, admission, cursors, jsonsafe
+from lakeshore.domain import retry as retries
 from lakeshore.domain.ids import new_id, new_ids
-from lakeshore.domain.invocations import Submit, due_at, parse_submits, priority_of
+from lakeshore.domain.invocations import (
+    Submit,
+    due_at,
+    parse_submits,
+    priority_of,
+    retry_policy,
+)
 from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
 from lakeshore.errors import Conflict, InvalidInput, LakeshoreError, NotFound, TooManyRequests
@@ -51,6 +58,8 @@ def to_json(row: Any) -> dict[str, Any]:
         "state": row["state"],
         "attempts": row["attempts"],
         "max_attempts": row["max_attempts"],
+        # the effective retry policy, fixed at submit
+        "retry": retries.policy_of(row.get("retry"), row["max_attempts"]).to_json(),
         "timeout_s": row["timeout_s"],
         "worker": row["worker_id"],
         "lease_expires_at": iso(row["lease_expires_at"]),
@@ -60,6 +69,8 @@ def to_json(row: Any) -> dict[str, Any]:
         "started_at": iso(row["started_at"]),
         "finished_at": iso(row["finished_at"]),
     }
+    if row.get("concurrency_key") is not None:
+        answer["concurrency_key"] = row["concurrency_key"]
     if row.get("schedule") is not None:  # made by a periodic schedule, for this slot
         answer["schedule"] = row["schedule"]
         answer["slot"] = iso(row["slot"])
@@ -183,8 +194,10 @@ def _rows(
     ordered = queue.spec.kind in PRIORITY_ORDERED
     ids = new_ids("inv", len(submits))
     rows = []
+    queue_retry = queue.spec.retry
     for position, (submit, where) in enumerate(zip(submits, places, strict=True)):
         kwargs = submit.kwargs
+        policy = retry_policy(submit, queue_retry)
         rows.append(
             {
                 "id": ids[position],
@@ -201,7 +214,9 @@ def _rows(
                 "key": submit.key,
                 "state": "pending",
                 "attempts": 0,
-                "max_attempts": submit.max_attempts,
+                "max_attempts": policy.max_attempts,
+                "retry": retries.stored(policy),
+                "concurrency_key": submit.concurrency_key,
                 "timeout_s": submit.timeout_s,
                 # a delayed submit's due time (claimable from then on), else now
                 "available_at": now

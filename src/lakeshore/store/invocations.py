@@ -90,13 +90,15 @@ OWN = {
     "key": "text",
     "max_attempts": "int4",
     "timeout_s": "float8",
+    "retry": "text",  # the effective retry policy as JSON text; null: the default
+    "concurrency_key": "text",
 }
 _UNSET = {
     column.name: None
     for column in invocations.c
     if column.name not in (*SHARED, *OWN, "created_at")
 }
-_JSON_COLUMNS = ("args", "kwargs")
+_JSON_COLUMNS = ("args", "kwargs", "retry")
 _SHARED_OF = operator.itemgetter(*SHARED)  # a row's shared columns, as one tuple
 # the conflict target of a key: the unique index holds only rows with one (0007), and
 # both stores match a partial index only when its predicate is named
@@ -164,6 +166,12 @@ def json_text(value: Any) -> str:
     return jsonsafe.stored(value).decode()
 
 
+def _json_or_null(value: Any) -> str | None:
+    """A JSON column's text (None, SQL's null, for a column left empty: a retry policy
+    that is the default)."""
+    return None if value is None else json_text(value)
+
+
 Stamp = Callable[[datetime], Any]
 
 
@@ -190,7 +198,7 @@ def _parameters(rows: Sequence[dict[str, Any]], stamp: Stamp | None) -> dict[str
     for row in rows:
         item = {name: row[name] for name in OWN}
         for name in _JSON_COLUMNS:
-            item[name] = json_text(item[name])
+            item[name] = _json_or_null(item[name])
         if stamp is None:
             item["us"] = (row["created_at"] - base) // _MICROSECOND
         else:
@@ -395,7 +403,7 @@ async def insert_one_handed(
     lease_expires_at = now + timedelta(seconds=lease_s)
     parameters = {name: row[name] for name in (*OWN, *SHARED, "created_at")}
     for name in _JSON_COLUMNS:
-        parameters[name] = json_text(parameters[name])
+        parameters[name] = _json_or_null(parameters[name])
     parameters.update(
         revision=revision,
         worker_id=worker_id,

@@ -19,6 +19,7 @@ every other writer out, so the same statement serves both stores.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -44,12 +45,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.domain.invocations import Report, after_failure, retry_backoff_s
+from lakeshore.domain.invocations import Report, after_failure
+from lakeshore.domain.retry import RetryPolicy, policy_of
 from lakeshore.store.isolated import isolated
 from lakeshore.store.tables import invocations, workers
 
 C = invocations.c
 LEASE_EXPIRED = {"type": "LeaseExpired", "message": "the worker stopped renewing its lease"}
+_JITTER = random.Random()  # draws a retry's wait below its bound (full jitter)
 
 
 def _is_pg(conn: AsyncConnection) -> bool:
@@ -120,7 +123,7 @@ async def report(
         if not reports:
             return states
     query = (
-        select(C.id, C.attempts, C.max_attempts, C.queue_id, C.started_at)
+        select(C.id, C.attempts, C.max_attempts, C.queue_id, C.started_at, C.retry)
         .where(
             C.id.in_([r.invocation_id for r in reports]),
             C.worker_id == worker_id,
@@ -129,7 +132,7 @@ async def report(
         .with_for_update()
     )
     rows = (await conn.execute(query)).all()
-    held = {row[0]: (row[1], row[2]) for row in rows}
+    held = {row[0]: (row[1], policy_of(row[5], row[2])) for row in rows}
     _note(held_rows, rows)
     done, again, failed = _grouped(reports, held, now, states)
     if done:
@@ -213,7 +216,7 @@ async def _succeed_many(
 
 def _grouped(
     reports: Sequence[Report],
-    held: dict[str, tuple[int, int]],
+    held: dict[str, tuple[int, RetryPolicy]],
     now: datetime,
     states: dict[str, str],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -229,12 +232,12 @@ def _grouped(
             states[r.invocation_id] = "succeeded"
             done.append({"b_id": r.invocation_id, "b_result": r.result})
             continue
-        attempts, max_attempts = held[r.invocation_id]
-        state = after_failure(attempts, max_attempts, retry=r.retry)
+        attempts, policy = held[r.invocation_id]
+        state = after_failure(attempts, policy, retry=r.retry, error=r.error)
         states[r.invocation_id] = state
         if state == "pending":
-            delay = timedelta(seconds=retry_backoff_s(attempts))
-            again.append({"b_id": r.invocation_id, "b_error": r.error, "b_at": now + delay})
+            at = now + timedelta(seconds=policy.wait_s(attempts, _JITTER.random()))
+            again.append({"b_id": r.invocation_id, "b_error": r.error, "b_at": at})
         else:
             failed.append({"b_id": r.invocation_id, "b_error": r.error})
     return done, again, failed
@@ -308,20 +311,20 @@ async def reap_expired(conn: AsyncConnection, now: datetime, *, limit: int = 100
     The counts of each outcome, and ``by_queue``: (queue id, outcome) → how many, for the
     metrics' labels."""
     query = (
-        select(C.id, C.attempts, C.max_attempts, C.queue_id, C.worker_id, C.begun_attempt)
+        select(*_CHARGED, C.worker_id, C.begun_attempt)
         .where(C.state == "running", C.lease_expires_at < now)
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
     rows = (await conn.execute(query)).all()
-    prefetching = await _prefetching(conn, {row[4] for row in rows if row[4] is not None})
-    charged: list[tuple[str, int, int, str]] = []
+    prefetching = await _prefetching(conn, {row[5] for row in rows if row[5] is not None})
+    charged: list[Charged] = []
     unbegun: list[str] = []
-    for invocation_id, attempts, max_attempts, queue_id, worker_id, begun in rows:
+    for invocation_id, attempts, max_attempts, queue_id, policy, worker_id, begun in rows:
         if begun != attempts and worker_id in prefetching:
             unbegun.append(invocation_id)
         else:
-            charged.append((invocation_id, attempts, max_attempts, queue_id))
+            charged.append((invocation_id, attempts, max_attempts, queue_id, policy))
     counts, by_queue = await _charge_rows(conn, charged, now, LEASE_EXPIRED)
     returned: dict[str, int] = {}
     if unbegun:
@@ -345,41 +348,70 @@ async def _prefetching(conn: AsyncConnection, worker_ids: set[str]) -> set[str]:
     }
 
 
+# what charging a lease's attempt reads of its row: id, attempts, max attempts, queue id
+# and the stored retry policy
+_CHARGED = (C.id, C.attempts, C.max_attempts, C.queue_id, C.retry)
+Charged = tuple[str, int, int, str, Any]
+
+
 async def _charge_rows(
     conn: AsyncConnection,
-    rows: Sequence[tuple[str, int, int, str]],
+    rows: Sequence[Charged],
     now: datetime,
     error: dict[str, Any],
 ) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
-    """Charge each (id, attempts, max attempts, queue id) its attempt: back to pending
-    after the backoff of its attempt, or failed when they are spent; one UPDATE per
-    outcome group, each in a savepoint of its own. The counts by outcome (retried,
-    failed) and by (queue id, outcome)."""
-    groups: dict[int | None, list[str]] = {}
+    """Charge each row (:data:`Charged`) its attempt: back to pending after its policy's
+    wait, or failed when its attempts are spent; one UPDATE for the failed and one (a
+    row each) for the retried, each in a savepoint of its own. The counts by outcome
+    (retried, failed) and by (queue id, outcome)."""
+    failed: list[str] = []
+    retried: list[dict[str, Any]] = []
     queue_of: dict[str, str] = {}
-    for invocation_id, attempts, max_attempts, queue_id in rows:
-        retried = after_failure(attempts, max_attempts, retry=True) == "pending"
-        groups.setdefault(attempts if retried else None, []).append(invocation_id)
+    for invocation_id, attempts, max_attempts, queue_id, stored in rows:
+        policy = policy_of(stored, max_attempts)
+        if after_failure(attempts, policy, retry=True, error=error) == "pending":
+            at = now + timedelta(seconds=policy.wait_s(attempts, _JITTER.random()))
+            retried.append({"b_id": invocation_id, "b_at": at})
+        else:
+            failed.append(invocation_id)
         queue_of[invocation_id] = queue_id
     counts = {"retried": 0, "failed": 0}
     by_queue: dict[tuple[str, str], int] = {}
-    for spent, ids in groups.items():
-        values: dict[str, Any] = {"lease_expires_at": None, "error": error}
-        if spent is None:
-            values.update(state="failed", finished_at=now)
-        else:
-            delay = timedelta(seconds=retry_backoff_s(spent))
-            values.update(state="pending", worker_id=None, available_at=now + delay)
-        stmt = update(invocations).where(C.id.in_(ids), C.state == "running").values(values)
-        done = await isolated(conn, "charging ended leases", ids, partial(conn.execute, stmt))
-        if done is None:  # skipped (logged): not counted
-            continue
-        outcome = "failed" if spent is None else "retried"
-        counts[outcome] += len(ids)
-        for invocation_id in ids:
-            key = (queue_of[invocation_id], outcome)
-            by_queue[key] = by_queue.get(key, 0) + 1
+    ended = {"lease_expires_at": None, "error": error}
+    if failed:
+        stmt = (
+            update(invocations)
+            .where(C.id.in_(failed), C.state == "running")
+            .values(**ended, state="failed", finished_at=now)
+        )
+        work = partial(conn.execute, stmt)
+        if await isolated(conn, "charging ended leases", failed, work) is not None:
+            _counted(counts, by_queue, queue_of, failed, "failed")
+    if retried:
+        due = bindparam("b_at", type_=C.available_at.type)
+        stmt = (
+            update(invocations)
+            .where(C.id == bindparam("b_id"), C.state == "running")
+            .values(**ended, state="pending", worker_id=None, available_at=due)
+        )
+        ids = [row["b_id"] for row in retried]
+        work = partial(conn.execute, stmt, retried)
+        if await isolated(conn, "charging ended leases", ids, work) is not None:
+            _counted(counts, by_queue, queue_of, ids, "retried")
     return counts, by_queue
+
+
+def _counted(
+    counts: dict[str, int],
+    by_queue: dict[tuple[str, str], int],
+    queue_of: dict[str, str],
+    ids: Sequence[str],
+    outcome: str,
+) -> None:
+    counts[outcome] += len(ids)
+    for invocation_id in ids:
+        key = (queue_of[invocation_id], outcome)
+        by_queue[key] = by_queue.get(key, 0) + 1
 
 
 async def charge(
@@ -394,7 +426,7 @@ async def charge(
     backoff, or fail when their attempts are spent, with ``error``. The counts by
     outcome and by (queue id, outcome), and the ids charged."""
     query = (
-        select(C.id, C.attempts, C.max_attempts, C.queue_id)
+        select(*_CHARGED)
         .where(
             C.worker_id == worker_id,
             C.state == "running",
@@ -402,7 +434,9 @@ async def charge(
         )
         .with_for_update()
     )
-    rows = [(str(i), int(a), int(m), str(q)) for i, a, m, q in (await conn.execute(query)).all()]
+    rows: list[Charged] = [
+        (str(i), int(a), int(m), str(q), p) for i, a, m, q, p in (await conn.execute(query)).all()
+    ]
     counts, by_queue = await _charge_rows(conn, rows, now, error)
     return counts, by_queue, [str(row[0]) for row in rows]
 

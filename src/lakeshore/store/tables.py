@@ -41,6 +41,8 @@ FINISHED = "state IN ('succeeded', 'failed', 'cancelled', 'expired')"
 # pending work due after its own submit (a retry's backoff, a delayed submit), as
 # ix_invocations_deferred and the queries it serves spell it
 DEFERRED = "state = 'pending' AND available_at > created_at"
+# running rows with a concurrency key: what a per-key limit counts (0015)
+RUNNING_KEYED = "state = 'running' AND concurrency_key IS NOT NULL"
 CASCADE = "CASCADE"
 
 namespaces = Table(
@@ -93,6 +95,8 @@ queues = Table(
     Column("revision", Integer, nullable=False, server_default="0"),
     # seconds a finished invocation is kept; null: the server's LAKESHORE_RETENTION_S (0011)
     Column("retention_s", Float, nullable=True),
+    # the queue's retry policy, as written (each field optional; 0015)
+    Column("retry", Json, nullable=True),
     UniqueConstraint("namespace_id", "name"),
     Index(None, "state", "pool"),  # the controller's sweep of active queues
 )
@@ -183,6 +187,11 @@ invocations = Table(
     # the schedule that made it and the slot it stands for (0013); null: a plain submit
     Column("schedule", String(63), nullable=True),
     Column("slot", UTCDateTime(), nullable=True),
+    # the effective retry policy, fixed at submit (0015); null: the default, with
+    # ``max_attempts``
+    Column("retry", Json, nullable=True),
+    # what the queue's per-key limit counts and a claim takes turns by (0015)
+    Column("concurrency_key", String(256), nullable=True),
     # idempotency: a key is unique per namespace + queue (a queue id implies both); rows
     # without a key (most) are not indexed (0007)
     Index(
@@ -235,6 +244,15 @@ Index(
     postgresql_where=text(DEFERRED),
 )
 
+# a queue's running invocations of one concurrency key, counted by the per-key limit (0015)
+Index(
+    "ix_invocations_running_key",
+    invocations.c.queue_id,
+    invocations.c.concurrency_key,
+    sqlite_where=text(RUNNING_KEYED),
+    postgresql_where=text(RUNNING_KEYED),
+)
+
 # next claimable invocation per queue (priority, boltzmann): highest priority, then oldest
 Index(
     "ix_invocations_claimable_priority",
@@ -258,6 +276,17 @@ finished_tallies = Table(
     Column("failed", BigInteger, nullable=False, server_default=text("0")),
     Column("cancelled", BigInteger, nullable=False, server_default=text("0")),
     Column("expired", BigInteger, nullable=False, server_default=text("0")),
+)
+
+# a token bucket per queue (``key`` empty) and per concurrency key, shared by every
+# replica: a submit takes its tokens in its own transaction (0015)
+rate_buckets = Table(
+    "rate_buckets",
+    metadata,
+    Column("queue_id", ID, ForeignKey("queues.id", ondelete=CASCADE), primary_key=True),
+    Column("key", String(256), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
 )
 
 stream_items = Table(
