@@ -121,7 +121,15 @@ class Admission(BaseModel):
     max_depth: Annotated[int, Field(strict=True, ge=1, le=MAX_COUNT)] | None = None
     on_full: OnFull | None = None
     rate_limit: Annotated[float, Field(gt=0, le=1e9), AfterValidator(_slowest_rate)] | None = None
+    # submits a second per concurrency key (a submit without a key is not limited by it)
+    rate_limit_per_key: (
+        Annotated[float, Field(gt=0, le=1e9), AfterValidator(_slowest_rate)] | None
+    ) = None
     deadline_cutoff_s: Duration | None = None
+    # at most this many of the queue's invocations leased at once across the fleet
+    # (prefetched included), and at most this many per concurrency key
+    max_running: Annotated[int, Field(strict=True, ge=1, le=MAX_COUNT)] | None = None
+    max_running_per_key: Annotated[int, Field(strict=True, ge=1, le=MAX_COUNT)] | None = None
 
 
 class Match(BaseModel):
