@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, Header, Query, Request, Response
@@ -35,16 +35,7 @@ StateFilter = Literal["pending", "running", "succeeded", "failed", "cancelled", 
 
 Answer = Literal["invocations", "ids"]
 _WAIT_S = lean.seconds_within(60)
-
-
-async def submit(
-    name: str,
-    to: Submit,
-    body: Annotated[Any, Body()],
-    wait_s: WaitS = 10.0,
-) -> Response:
-    [(invocation, created)] = await _submitted(to, name, [body], wait_s, waiting=True)
-    return json_answer(invocation, 201 if created else 200)
+Endpoint = Callable[..., Awaitable[Response]]
 
 
 async def _read(request: Request, known: dict[str, lean.QueryValue]) -> dict[str, Any] | None:
@@ -62,29 +53,51 @@ async def _read(request: Request, known: dict[str, lean.QueryValue]) -> dict[str
     return {"name": params["name"], "to": to, "body": body, **read}
 
 
-_SUBMIT_QUERY: dict[str, lean.QueryValue] = {"wait_s": _WAIT_S}
-_BATCH_QUERY: dict[str, lean.QueryValue] = {
-    "wait_s": _WAIT_S,
-    "answer": lean.one_of("invocations", "ids"),
-}
+def _submits(
+    path: str, known: dict[str, lean.QueryValue], **options: Any
+) -> Callable[[Endpoint], Endpoint]:
+    """Register a submit route (``POST path``, 201), whose requests :func:`_read`
+    reads where it can, with the query parameters ``known``."""
+
+    async def reader(request: Request) -> dict[str, Any] | None:
+        return await _read(request, known)
+
+    def register(endpoint: Endpoint) -> Endpoint:
+        router.add_api_route(
+            path,
+            endpoint,
+            methods=["POST"],
+            status_code=201,
+            response_model=dict[str, Any],
+            route_class_override=lean.route(reader),
+            **options,
+        )
+        return endpoint
+
+    return register
 
 
-async def _read_submit(request: Request) -> dict[str, Any] | None:
-    return await _read(request, _SUBMIT_QUERY)
-
-
-router.add_api_route(
+@_submits(
     "/queues/{name}/invocations",
-    submit,
-    methods=["POST"],
+    {"wait_s": _WAIT_S},
     summary="Submit an invocation (a missing queue is created as fifo)",
     responses={200: {"description": "the key was used before: the invocation holding it"}},
-    status_code=201,
-    response_model=dict[str, Any],
-    route_class_override=lean.route(_read_submit),
 )
+async def submit(
+    name: str,
+    to: Submit,
+    body: Annotated[Any, Body()],
+    wait_s: WaitS = 10.0,
+) -> Response:
+    [(invocation, created)] = await _submitted(to, name, [body], wait_s, waiting=True)
+    return json_answer(invocation, 201 if created else 200)
 
 
+@_submits(
+    "/queues/{name}/invocations/batch",
+    {"wait_s": _WAIT_S, "answer": lean.one_of("invocations", "ids")},
+    summary="Submit up to 1,000 invocations in one request, in order",
+)
 async def submit_batch(
     name: str,
     to: Submit,
@@ -105,21 +118,6 @@ async def submit_batch(
     results = await _submitted(to, name, items if isinstance(items, list) else [], wait_s, ids_only)
     invocations = [invocation for invocation, _ in results]
     return json_answer({"invocations": invocations, "created": [c for _, c in results]}, 201)
-
-
-async def _read_batch(request: Request) -> dict[str, Any] | None:
-    return await _read(request, _BATCH_QUERY)
-
-
-router.add_api_route(
-    "/queues/{name}/invocations/batch",
-    submit_batch,
-    methods=["POST"],
-    summary="Submit up to 1,000 invocations in one request, in order",
-    status_code=201,
-    response_model=dict[str, Any],
-    route_class_override=lean.route(_read_batch),
-)
 
 
 async def _submitted(
