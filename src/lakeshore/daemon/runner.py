@@ -29,7 +29,7 @@ from typing import Any
 
 from lakeshore import jsontext
 from lakeshore.daemon.pool import Pool, PoolConfig, Ticket
-from lakeshore.daemon.runners import Invocation, OnItem, awaited
+from lakeshore.daemon.runners import Begun, Invocation, OnItem, awaited
 from lakeshore.daemon.sentinel import Sentinel
 
 GIVE_WAY_S = 5.0  # how long an async invocation has to end once cancelled or timed out
@@ -101,7 +101,7 @@ def warm_children(capacity: int, config: PoolConfig) -> int:
     return -(-capacity // max(1, config.async_concurrency))
 
 
-class Run:
+class Run(Begun):
     """One invocation in a pool child: ``begin`` sends it and hands back the future of its
     outcome; ``kill`` ends it early, from any thread (a lease that was lost, a daemon
     stopping), so nothing keeps running for an invocation this daemon no longer holds."""
@@ -111,22 +111,6 @@ class Run:
         self.fn, self.timeout_s = invocation.fn, invocation.timeout_s
         self._ticket: Ticket | None = None
         self._killed = False
-        self.outcome: Outcome | None = None  # once it has ended
-        self._waiting: asyncio.Future[Outcome] | None = None  # what is handed the outcome
-
-    def stop(self) -> asyncio.Future[Outcome]:
-        """Kill it, the future ``begin`` gave given up; the future of its end."""
-        self._waiting = ended = asyncio.get_running_loop().create_future()
-        if self.outcome is not None:
-            ended.set_result(self.outcome)
-        else:
-            self.kill()
-        return ended
-
-    def _ended(self, outcome: Outcome) -> None:
-        self.outcome, waiting = outcome, self._waiting
-        if waiting is not None and not waiting.done():  # not given up
-            waiting.set_result(outcome)
 
     def kill(self) -> None:
         self._killed = True
@@ -151,7 +135,7 @@ class Run:
             if timer:
                 timer.pop().cancel()
             if ended is not None:
-                self._ended(ended)
+                self._resolve(ended)
                 return
             wait_s = waiter._next_s()
             if wait_s is not None:

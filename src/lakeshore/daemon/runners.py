@@ -58,15 +58,32 @@ class Runner(Protocol):
         """Stop what it keeps (children, threads) once nothing runs; again is nothing."""
 
 
-class Stoppable(Protocol):
-    """A run begun: ``stop`` kills it once its first future is given up (cancelled)."""
+class Begun:
+    """A run begun (in a child, or on a thread): its outcome, once it has ended, and the
+    future it is handed to; ``stop`` kills it once that future was given up."""
+
+    outcome: Outcome | None = None
+    _waiting: asyncio.Future[Outcome] | None = None  # what is handed the outcome
+
+    def kill(self) -> None:
+        raise NotImplementedError
 
     def stop(self) -> asyncio.Future[Outcome]:
-        """Kill it; the future of its end (its outcome, once it has one)."""
-        ...
+        """Kill it, the future ``begin`` gave given up; the future of its end."""
+        self._waiting = ended = asyncio.get_running_loop().create_future()
+        if self.outcome is not None:
+            ended.set_result(self.outcome)
+        else:
+            self.kill()
+        return ended
+
+    def _resolve(self, outcome: Outcome) -> None:
+        self.outcome, waiting = outcome, self._waiting
+        if waiting is not None and not waiting.done():  # not given up
+            waiting.set_result(outcome)
 
 
-async def awaited(done: asyncio.Future[Outcome], run: Stoppable) -> Outcome:
+async def awaited(done: asyncio.Future[Outcome], run: Begun) -> Outcome:
     """A run's outcome. Cancelled meanwhile (a lost lease, a daemon stopping), the run is
     stopped and the cancel goes on once it has ended, so it holds its slot until then.
     ``done`` is awaited as it is (a cancel cancels it, and the run is asked for another

@@ -36,7 +36,7 @@ from typing import Any
 from lakeshore import jsontext
 from lakeshore.daemon import calls
 from lakeshore.daemon.runner import GIVE_WAY_S, Outcome, outcome_of, stopped, timed_out
-from lakeshore.daemon.runners import Invocation, OnItem, awaited, until_ended
+from lakeshore.daemon.runners import Begun, Invocation, OnItem, awaited, until_ended
 
 log = logging.getLogger("lakeshore.daemon")
 
@@ -120,7 +120,7 @@ class Threads:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
 
-class ThreadRun:
+class ThreadRun(Begun):
     """One invocation on the thread runner: ``begin`` starts it and hands back the future
     of its outcome, on the running loop; ``kill`` and ``stop`` (on that loop) end it
     early."""
@@ -135,8 +135,6 @@ class ThreadRun:
         self._ident: int | None = None  # that thread's, while it runs the function
         self._task: asyncio.Task[Event] | None = None  # an async one's, on the runner's loop
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.outcome: Outcome | None = None  # once it has ended
-        self._waiting: asyncio.Future[Outcome] | None = None  # what is handed the outcome
 
     def begin(self, target: Any) -> asyncio.Future[Outcome]:
         loop = self._loop = asyncio.get_running_loop()
@@ -157,15 +155,6 @@ class ThreadRun:
 
     def kill(self) -> None:
         self._end("stopped")
-
-    def stop(self) -> asyncio.Future[Outcome]:
-        """Kill it, the future ``begin`` gave given up; the future of its end."""
-        self._waiting = ended = asyncio.get_running_loop().create_future()
-        if self.outcome is not None:
-            ended.set_result(self.outcome)
-        else:
-            self.kill()
-        return ended
 
     def _end(self, why: str) -> None:
         """Past its time-out, or stopped: end it, and wait a moment for it to give way."""
@@ -202,15 +191,12 @@ class ThreadRun:
         if self._timer is not None:
             self._timer.cancel()
         if self._ending == "timeout":
-            self.outcome = timed_out(self.fn, self.timeout_s)
+            self._resolve(timed_out(self.fn, self.timeout_s))
         elif self._ending is not None:
-            self.outcome = stopped(self.fn)
+            self._resolve(stopped(self.fn))
         else:
             assert event is not None
-            self.outcome = outcome_of(self.fn, self.timeout_s, *event)
-        waiting = self._waiting
-        if waiting is not None and not waiting.done():  # not given up
-            waiting.set_result(self.outcome)
+            self._resolve(outcome_of(self.fn, self.timeout_s, *event))
 
     def _emit(self, text: str) -> None:
         if self._ended:
