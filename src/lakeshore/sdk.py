@@ -22,7 +22,6 @@ import path. Calling ``embed(...)`` directly still runs it here. ``Client`` read
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import functools
 import os
@@ -33,10 +32,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar
 from urllib.parse import quote
 
-from lakeshore import backoff, jsontext, refusals, transport
+from lakeshore import jsontext, refusals, transport
 from lakeshore.defaults import DEFAULT_URL, read_local_admin_token
 
 if TYPE_CHECKING:
+    import asyncio  # not at run time: a daemon child running plain functions never loads it
+
     from lakeshore.async_client import AsyncClient, AsyncHandle
 
 P = ParamSpec("P")
@@ -216,6 +217,8 @@ class Client:
         reused from wait to wait, whatever the number of invocations waited for."""
         path = self._path("invocations", invocation_id, "stream")
         deadline = None if timeout is None else time.monotonic() + timeout
+        from lakeshore import backoff  # here: tenacity loads asyncio, which a child need not
+
         tries = backoff.retrying(RECONNECT_ON, tries=STREAM_RECONNECTS + 1)
         return tries(self._wait_end, path, deadline, invocation_id, timeout)
 
@@ -248,6 +251,8 @@ class Client:
         """The invocation's stream: ``("item", value)`` for each item as it arrives, then
         ``("end", invocation)``. A dropped connection is resumed where it left off, at
         once when it brought items, else after a back-off (``reconnects`` in a row)."""
+        from lakeshore import backoff  # as in ended
+
         path = self._path("invocations", invocation_id, "stream")
         place = Place(after)
         while True:
@@ -505,6 +510,8 @@ class UDF(Generic[P, R]):
         made from the environment for the running event loop."""
         if self._aclient is not None:
             return self._aclient
+        import asyncio
+
         from lakeshore.async_client import AsyncClient
 
         loop = asyncio.get_running_loop()
