@@ -126,10 +126,11 @@ _LATER = {
     ("invocations", "concurrency_key"),  # 0015
     ("queues", "retry"),  # 0015
 }
-_LATER_INDEXES = {  # 0011, 0014, 0015
+_LATER_INDEXES = {  # 0011, 0014, 0015, 0016
     "ix_invocations_finished",
     "ix_invocations_deferred",
     "ix_invocations_running_key",
+    "ix_invocations_pending_key",
 }
 
 
@@ -366,4 +367,19 @@ def test_0015_adds_retry_policies_keys_and_rate_buckets_keeping_every_row(
         columns = {c["name"] for c in inspect(conn).get_columns("invocations")}
         assert not columns & {"retry", "concurrency_key"}
         assert "retry" not in {c["name"] for c in inspect(conn).get_columns("queues")}
+    engine.dispose()
+
+
+def test_0016_indexes_pending_keyed_rows_keeping_every_row(empty_url: str) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0015")
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        made = _index_definitions(conn)["ix_invocations_pending_key"]
+        assert "concurrency_key IS NOT NULL" in made, made  # keyed pending rows only
+    _alembic(empty_url, "downgrade", "0015")  # and back, rows kept
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        assert "ix_invocations_pending_key" not in _index_definitions(conn)
     engine.dispose()

@@ -37,6 +37,7 @@ from lakeshore.errors import Gone, NotFound
 from lakeshore.services.handoff import Waiter, Waiting
 from lakeshore.services.invocations import to_json
 from lakeshore.services.notify import Hangup, Notifier, wait_one
+from lakeshore.store import claimable
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import workers as worker_store
 from lakeshore.store.engine import Store
@@ -143,6 +144,8 @@ async def _lease(
             now=now,
             lease_s=lease_s,
             temperature=(queue["kind_params"] or {}).get("temperature"),
+            limits=claimable.Limits.of(queue["admission"]),
+            keyed=bool(queue.get("keyed")),
         )
         claimed.extend(to_json(row) for row in rows)
     return claimed

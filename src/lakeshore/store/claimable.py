@@ -19,6 +19,16 @@ worker's terms; the hand-off, which reads nothing first, with them. What a token
 claim (``authPolicy``) is decided from the token's scopes, which the database never
 sees: ``services.claims`` and ``services.handoff`` check it before either statement.
 
+A queue's ``admission.max_running`` and ``max_running_per_key`` (:class:`Limits`) are
+counts of its running rows, all of them or a key's (:func:`running_in_queue`,
+:func:`running_of_key`). A claim leases several rows at once, so it cannot ask them of
+each row: it counts once, under a lock on the queue that every limited claim takes
+first (PostgreSQL: :func:`lock_queue`, which ``SKIP LOCKED`` is not; SQLite: the write
+lock), and leases at most what is left (``store.invocations.claim``). The hand-off asks
+:func:`within_limits` of its one row in its statement; on PostgreSQL that statement
+cannot take the lock before its snapshot, so a limited queue hands nothing there
+(``counted=False``): the row goes in pending and a claim, woken, counts under the lock.
+
 :func:`scheduled` is the other side of the due-time term: a delayed submit not due yet
 (pending, never attempted, ``available_at`` after ``now``), which ``stats`` and the
 elasticity signals count apart from ``pending`` (:func:`waiting`).
@@ -26,10 +36,20 @@ elasticity signals count apart from ``pending`` (:func:`waiting`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, func, literal_column, not_, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    exists,
+    func,
+    literal_column,
+    not_,
+    or_,
+    select,
+)
 from sqlalchemy.engine.default import DefaultDialect
 
 from lakeshore.store.tables import invocations, queues, worker_queues
@@ -96,6 +116,84 @@ def may_take(
             running < taker.holds,
         ]
     return and_(*terms)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A queue's running limits (``admission.max_running``, ``max_running_per_key``)."""
+
+    max_running: int | None = None
+    per_key: int | None = None
+
+    @classmethod
+    def of(cls, admission: Mapping[str, Any] | None) -> Limits:
+        admission = admission or {}
+        return cls(admission.get("max_running"), admission.get("max_running_per_key"))
+
+    @property
+    def any(self) -> bool:
+        return self.max_running is not None or self.per_key is not None
+
+
+NO_LIMITS = Limits()
+# pg_advisory_xact_lock(class, queue): the class of a queue's running-limit lock (the
+# two-int4 keys do not share a space with the leadership's bigint keys)
+LIMIT_LOCK_CLASS = 0x1A4E
+
+
+def lock_queue(queue_id: ColumnElement[Any]) -> ColumnElement[Any]:
+    """PostgreSQL: hold the queue's running-limit lock until the transaction ends."""
+    return func.pg_advisory_xact_lock(
+        literal_column(str(LIMIT_LOCK_CLASS)), func.hashtext(queue_id)
+    )
+
+
+def running_in_queue(queue_id: ColumnElement[Any]) -> ColumnElement[Any]:
+    """How many of the queue's invocations run (leased, prefetched included)."""
+    alias = invocations.alias("running_q")
+    return (
+        select(func.count())
+        .select_from(alias)
+        .where(alias.c.queue_id == queue_id, alias.c.state == RUNNING)
+        .scalar_subquery()
+    )
+
+
+def running_of_key(queue_id: ColumnElement[Any], key: ColumnElement[Any]) -> ColumnElement[Any]:
+    """How many of the queue's invocations of ``key`` run (``ix_invocations_running_key``,
+    whose condition the terms repeat)."""
+    alias = invocations.alias("running_k")
+    return (
+        select(func.count())
+        .select_from(alias)
+        .where(
+            alias.c.queue_id == queue_id,
+            alias.c.state == RUNNING,
+            alias.c.concurrency_key.is_not(None),
+            alias.c.concurrency_key == key,
+        )
+        .scalar_subquery()
+    )
+
+
+def within_limits(
+    queue_id: ColumnElement[Any],
+    key: ColumnElement[Any],
+    max_running: ColumnElement[Any],
+    per_key: ColumnElement[Any],
+    *,
+    counted: bool = True,
+) -> ColumnElement[bool]:
+    """One more invocation of ``key`` (null: none) in the queue stays within its limits
+    (either null: not set). ``counted=False``: only when no limit applies to it (a
+    statement whose counts could miss a claim committing beside it)."""
+    no_key = key.is_(None)
+    if not counted:
+        return and_(max_running.is_(None), or_(no_key, per_key.is_(None)))
+    return and_(
+        or_(max_running.is_(None), running_in_queue(queue_id) < max_running),
+        or_(no_key, per_key.is_(None), running_of_key(queue_id, key) < per_key),
+    )
 
 
 def scheduled(now: Any) -> ColumnElement[bool]:

@@ -303,11 +303,15 @@ async def insert_one_at(
 # the worker subscribed and running fewer than it may hold), its row not retiring and
 # not held by another transaction (SKIP LOCKED: a claim or a retirement under way, and
 # the row goes in pending), and nothing claimable in the queue to take first (the same
-# rule, asked of the stored rows). On PostgreSQL the worker's row is locked within the
-# statement, whose reads keep the snapshot taken at its start: a claim that committed
-# between that snapshot and the lock would go uncounted, so the lock's version of the
-# row must be the snapshot's (``xmin``, moved by every claim's touch). Otherwise it goes
-# in pending, as any submit. Either way, the queue as the copy saw it (``revision``).
+# rule, asked of the stored rows), and the queue's running limits leave room for it
+# (claimable.within_limits: counted on SQLite; on PostgreSQL, whose statement cannot
+# take the queue's limit lock before its snapshot, a limited queue hands nothing and
+# the row goes in pending for a claim, which counts under the lock). On PostgreSQL the
+# worker's row is locked within the statement, whose reads keep the snapshot taken at
+# its start: a claim that committed between that snapshot and the lock would go
+# uncounted, so the lock's version of the row must be the snapshot's (``xmin``, moved by
+# every claim's touch). Otherwise it goes in pending, as any submit. Either way, the
+# queue as the copy saw it (``revision``).
 _HANDED_COLUMNS = (*OWN, *SHARED, "created_at", "worker_id", "started_at", "lease_expires_at")
 
 
@@ -324,7 +328,27 @@ def _worker_may_take(dialect: str) -> str:
     taker = claimable.Taker(worker_id=literal_column(":worker_id"), holds=literal_column(":holds"))
     stored = claimable.Candidate(state=C.state, available_at=C.available_at, queue_id=queue_id)
     first = select(C.id).where(C.queue_id == queue_id, claimable.may_take(stored, now))
-    return claimable.as_text(and_(claimable.may_take(fresh, now, taker), ~exists(first)))
+    pg = dialect == "postgresql"
+    key: ColumnElement[Any] = literal_column(
+        "CAST(:concurrency_key AS text)" if pg else ":concurrency_key"
+    )
+    limits = claimable.within_limits(
+        queue_id,
+        key,
+        _admission(dialect, "max_running"),
+        _admission(dialect, "max_running_per_key"),
+        counted=not pg,
+    )
+    return claimable.as_text(and_(claimable.may_take(fresh, now, taker), limits, ~exists(first)))
+
+
+def _admission(dialect: str, name: str) -> ColumnElement[Any]:
+    """The queue's ``admission.<name>`` (null: not set), as this statement's text."""
+    if dialect == "postgresql":
+        value = f"CAST(admission->>'{name}' AS int8)"
+    else:
+        value = f"json_extract(admission, '$.{name}')"
+    return literal_column(f"(SELECT {value} FROM queues WHERE id = :queue_id)")
 
 
 def _handed_document(dialect: str) -> Any:
@@ -529,11 +553,17 @@ async def claim(
     now: datetime,
     lease_s: float,
     temperature: float | None = None,
+    limits: claimable.Limits = claimable.NO_LIMITS,
+    keyed: bool = False,
 ) -> list[RowMapping]:
     """Lease up to ``limit`` claimable invocations of one queue to ``worker_id``.
 
     ``boltzmann`` queues sample among the top candidates by priority (see
-    :mod:`lakeshore.domain.disciplines`); the others take them in order.
+    :mod:`lakeshore.domain.disciplines`); the others take them in order. ``limits``:
+    the queue's running limits, counted under the queue's lock (see
+    :mod:`lakeshore.store.claimable`). ``keyed``: the queue's pending rows have
+    concurrency keys (as the claim's view of its queues saw it), and the claim takes
+    turns between the keys (:func:`_turns_statement`); a per-key limit always does.
     """
     if limit <= 0:
         return []
@@ -541,6 +571,21 @@ async def claim(
     lease = {"b_now": now, "b_lease_s": lease_s}
     if not pg:
         lease["b_lease_expires_at"] = now + timedelta(seconds=lease_s)
+    if limits.any:
+        limit = await _room(conn, queue_id, limit, limits, pg)
+        if limit <= 0:
+            return []
+    if keyed or limits.per_key is not None:
+        turns = kind if kind in ("fifo", "filo") else "priority"  # boltzmann: by priority
+        params: dict[str, Any] = {
+            "b_queue_id": queue_id,
+            "b_limit": limit,
+            "b_per_key": limits.per_key,
+            "b_worker_id": worker_id,
+            **lease,
+        }
+        stmt = _turns_statement(turns, pg)
+        return in_turns(turns, (await conn.execute(stmt, params)).mappings().all())
     if kind != "boltzmann":  # pick and lease in one statement; the rows come back unordered
         params = {"b_queue_id": queue_id, "b_limit": limit, "b_worker_id": worker_id, **lease}
         stmt = _lease_statement(kind if kind in _ORDER else "fifo", pg)
@@ -570,6 +615,117 @@ async def claim(
     claimed = await conn.execute(stmt, {"b_ids": list(ids), "b_worker_id": worker_id, **lease})
     order = {invocation_id: i for i, invocation_id in enumerate(ids)}
     return sorted(claimed.mappings().all(), key=lambda row: order[row["id"]])
+
+
+async def _room(
+    conn: AsyncConnection, queue_id: str, limit: int, limits: claimable.Limits, pg: bool
+) -> int:
+    """How many the claim may lease under the queue's ``max_running``: counted once the
+    queue's limit lock is held (PostgreSQL; on SQLite the write lock already is), so
+    claims racing on other connections count one after another, each seeing what the
+    one before it leased (each statement of a transaction reads what had committed when
+    it began, and the lock's holder commits before the next one's count begins)."""
+    queue: ColumnElement[Any] = bindparam("b_queue_id")
+    if pg:
+        await conn.execute(select(claimable.lock_queue(queue)), {"b_queue_id": queue_id})
+    if limits.max_running is None:
+        return limit
+    running = await conn.execute(
+        select(claimable.running_in_queue(queue)), {"b_queue_id": queue_id}
+    )
+    return min(limit, limits.max_running - int(running.scalar_one()))
+
+
+_TURN_ORDER = {
+    "fifo": "created_at, id",
+    "filo": "created_at DESC, id DESC",
+    "priority": "priority DESC, created_at, id",
+}
+
+
+def in_turns(kind: str, rows: Sequence[RowMapping]) -> list[RowMapping]:
+    """``rows`` in fair turns between their concurrency keys: in ``kind``'s order, the
+    first of each key, then the second of each key …, within one priority (rows
+    without a key are one key of their own)."""
+    rank: dict[tuple[Any, Any], int] = {}
+    ranked: list[tuple[float, int, int, RowMapping]] = []
+    for row in _in_order(kind, rows):
+        level = row["priority"] if kind == "priority" else None
+        turn = rank[(level, row["concurrency_key"])] = (
+            rank.get((level, row["concurrency_key"]), 0) + 1
+        )
+        ranked.append((-row["priority"] if kind == "priority" else 0, turn, len(ranked), row))
+    return [row for *_, row in sorted(ranked, key=lambda r: r[:3])]
+
+
+@functools.cache
+def _turns_statement(kind: str, pg: bool) -> Any:
+    """:func:`_lease_statement` in fair turns between concurrency keys (Hatchet's
+    GROUP_ROUND_ROBIN): within one priority, the first claimable row of each key in
+    ``kind``'s order, then the second of each …, up to ``b_limit``; a key takes no more
+    than ``b_per_key`` (null: no limit) less its running rows. Rows without a key are
+    one key of their own, which the per-key limit leaves alone.
+
+    PostgreSQL reads only what it takes, with ``ix_invocations_pending_key``: the keys
+    of the queue's pending rows, one index probe each (a recursive skip over the
+    index), then each key's first rows in order, as many as the claim could take of it
+    (``LIMIT``, locked ``SKIP LOCKED`` as a plain pick's), and the rows without a key
+    from the queue's own index; the turns are ranked among those alone. SQLite, whose
+    one writer has no racing claimer and which has no LATERAL, ranks the queue's
+    claimable rows with a window function."""
+    order = _TURN_ORDER[kind]
+    level = ", priority" if kind == "priority" else ""
+    first = "priority DESC, " if kind == "priority" else ""
+    now = "CAST(:b_now AS timestamptz)" if pg else ":b_now"
+    rule = claimable.as_text(
+        claimable.may_take(_in_queue(literal_column(":b_queue_id")), literal_column(now))
+    )
+    running = claimable.as_text(
+        claimable.running_of_key(literal_column(":b_queue_id"), literal_column("ranked.k"))
+    )
+    if pg:
+        running = running.replace("ranked.k", "keys.k")
+        mine = "invocations.queue_id = :b_queue_id"
+        room = f"LEAST(:b_limit, COALESCE(CAST(:b_per_key AS int8) - {running}, :b_limit))"
+        sql = (
+            "WITH RECURSIVE keys(k) AS ("
+            f"(SELECT concurrency_key FROM invocations WHERE {mine} AND state = 'pending'"
+            " AND concurrency_key IS NOT NULL ORDER BY concurrency_key LIMIT 1)"
+            " UNION ALL SELECT (SELECT concurrency_key FROM invocations"
+            f" WHERE {mine} AND state = 'pending' AND concurrency_key > keys.k"
+            " ORDER BY concurrency_key LIMIT 1) FROM keys WHERE keys.k IS NOT NULL),"
+            " candidates AS MATERIALIZED ("
+            "SELECT c.* FROM keys CROSS JOIN LATERAL ("
+            "SELECT keys.k, id, priority, created_at FROM invocations"
+            f" WHERE {mine} AND concurrency_key = keys.k AND {rule}"
+            f" ORDER BY {order} LIMIT GREATEST(0, {room}) FOR UPDATE SKIP LOCKED) AS c"
+            " WHERE keys.k IS NOT NULL"
+            " UNION ALL SELECT * FROM (SELECT CAST(NULL AS text), id, priority, created_at"
+            f" FROM invocations WHERE {mine} AND concurrency_key IS NULL AND {rule}"
+            f" ORDER BY {order} LIMIT :b_limit FOR UPDATE SKIP LOCKED) AS plain)"
+            f" SELECT id FROM candidates ORDER BY {first}"
+            f"row_number() OVER (PARTITION BY k{level} ORDER BY {order}), {order}"
+            " LIMIT :b_limit"
+        )
+    else:
+        sql = (
+            "SELECT id FROM (SELECT id, priority, created_at, concurrency_key AS k,"
+            f" row_number() OVER (PARTITION BY concurrency_key{level} ORDER BY {order}) AS n"
+            f" FROM invocations WHERE invocations.queue_id = :b_queue_id AND {rule}) AS ranked"
+            f" WHERE k IS NULL OR :b_per_key IS NULL OR n <= :b_per_key - {running}"
+            f" ORDER BY {first}n, {order} LIMIT :b_limit"
+        )
+    times = bindparam("b_now", type_=C.available_at.type)
+    picked = text(sql).bindparams(times).columns(C.id).cte("picked").prefix_with("MATERIALIZED")
+    ids = select(picked.c.id)
+    by_key = C.id == any_(func.array(ids.scalar_subquery())) if pg else C.id.in_(ids)
+    return (
+        update(invocations)
+        .add_cte(picked)
+        .where(by_key)
+        .values(_leased(pg))
+        .returning(*invocations.c)
+    )
 
 
 _SECOND: ColumnElement[Any] = literal_column("interval '1 second'")

@@ -43,6 +43,8 @@ FINISHED = "state IN ('succeeded', 'failed', 'cancelled', 'expired')"
 DEFERRED = "state = 'pending' AND available_at > created_at"
 # running rows with a concurrency key: what a per-key limit counts (0015)
 RUNNING_KEYED = "state = 'running' AND concurrency_key IS NOT NULL"
+# pending rows with a concurrency key: what a claim takes turns between (0016)
+PENDING_KEYED = "state = 'pending' AND concurrency_key IS NOT NULL"
 CASCADE = "CASCADE"
 
 namespaces = Table(
@@ -251,6 +253,19 @@ Index(
     invocations.c.concurrency_key,
     sqlite_where=text(RUNNING_KEYED),
     postgresql_where=text(RUNNING_KEYED),
+)
+
+# a queue's pending invocations of one concurrency key, in submit order: a claim's fair
+# turns find the keys (one probe each) and each key's first rows from it (0016); rows
+# without a key (every submit to a queue without keys) are not indexed
+Index(
+    "ix_invocations_pending_key",
+    invocations.c.queue_id,
+    invocations.c.concurrency_key,
+    invocations.c.created_at,
+    invocations.c.id,
+    sqlite_where=text(PENDING_KEYED),
+    postgresql_where=text(PENDING_KEYED),
 )
 
 # next claimable invocation per queue (priority, boltzmann): highest priority, then oldest

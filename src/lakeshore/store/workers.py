@@ -11,10 +11,12 @@ from sqlalchemy import (
     RowMapping,
     bindparam,
     delete,
+    exists,
     false,
     func,
     insert,
     select,
+    text,
     true,
     union_all,
     update,
@@ -25,6 +27,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from lakeshore.store.driver import psycopg_of, psycopg_text
 from lakeshore.store.tables import (
+    PENDING_KEYED,
     invocations,
     launches,
     queues,
@@ -187,12 +190,18 @@ def _claimable_query() -> Select[Any]:
 
 _CLAIMABLE = _claimable_query()
 # the same rows, each with the count of invocations the worker is running (one round
-# trip less a claim: the count is read once, in the same statement)
+# trip less a claim: the count is read once, in the same statement), and whether the
+# queue's pending rows have concurrency keys (``keyed``: a claim takes turns between
+# them; one probe of ``ix_invocations_pending_key``, whose condition it repeats, which
+# holds no entry of a queue without keys)
 _CLAIMABLE_RUNNING = _CLAIMABLE.add_columns(
     select(func.count())
     .where(invocations.c.worker_id == bindparam("worker_id"), invocations.c.state == "running")
     .scalar_subquery()
-    .label("running")
+    .label("running"),
+    exists()
+    .where(invocations.c.queue_id == _CLAIMABLE.selected_columns.id, text(PENDING_KEYED))
+    .label("keyed"),
 )
 
 
