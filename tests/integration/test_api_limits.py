@@ -102,16 +102,18 @@ async def test_a_claim_takes_turns_between_keys(
     api: httpx.AsyncClient, clock: FakeClock, kind: str
 ) -> None:
     await queue(api, kind=kind)
-    flood = [(await put(api, clock, concurrency_key="a"))["id"] for _ in range(6)]
-    trickle = [(await put(api, clock, concurrency_key="b"))["id"] for _ in range(2)]
+    flood = [(await put(api, clock, concurrency_key="a"))["id"] for _ in range(3)]
+    # a row without a key takes its turns from among the queue's first rows
     plain = (await put(api, clock))["id"]
+    flood += [(await put(api, clock, concurrency_key="a"))["id"] for _ in range(3)]
+    trickle = [(await put(api, clock, concurrency_key="b"))["id"] for _ in range(2)]
     worker = await hello(api, ["q"], capacity=10)
 
     taken = [i["id"] for i in await claim(api, worker, max=5)]
-    if kind == "filo":  # newest first, in turns
-        assert taken == [plain, trickle[-1], flood[-1], trickle[-2], flood[-2]]
-    else:  # oldest first (one priority), in turns: a, b, no key, a, b
-        assert taken == [flood[0], trickle[0], plain, flood[1], trickle[1]]
+    if kind == "filo":  # newest first, in turns: b, a, then b, a (no key: not in the first 5)
+        assert taken == [trickle[-1], flood[-1], trickle[-2], flood[-2], flood[-3]]
+    else:  # oldest first (one priority), in turns: a, no key, b, then a, b
+        assert taken == [flood[0], plain, trickle[0], flood[1], trickle[1]]
 
 
 async def test_turns_stay_within_one_priority(api: httpx.AsyncClient, clock: FakeClock) -> None:
@@ -243,7 +245,7 @@ async def test_racing_claims_never_lease_past_max_running(store: Store) -> None:
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 async def test_racing_claims_never_lease_past_max_running_per_key(store: Store) -> None:
     admission = {"max_running": 7, "max_running_per_key": 2}
-    keys: list[str | None] = ["a"] * 30 + ["b"] * 30 + ["c"] * 2 + [None] * 30
+    keys: list[str | None] = [None, "a", "b"] * 30 + ["c"] * 2
     queue_id = await _queue_with(store, admission, keys)
     await _race(store, queue_id, admission, claimers=8)
     running = dict(await _running(store))

@@ -9,6 +9,7 @@ before it answered."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -182,3 +183,56 @@ async def test_a_lease_runs_from_the_update_not_from_when_the_claim_began(store:
     for row in rows:
         assert row["started_at"] == api_now
         assert row["lease_expires_at"] >= api_now + timedelta(seconds=1.5)
+
+
+async def _keyed_plan(store: Store, queue_id: str) -> str:
+    """The plan of a fifo claim of 100 in turns between keys, as PostgreSQL would run
+    it, and (EXPLAIN ANALYZE) as it ran."""
+    statement = inv_store._turns_statement("fifo", True)
+    now = datetime.now(UTC)
+    params = {
+        "b_queue_id": queue_id,
+        "b_now": now,
+        "b_limit": 100,
+        "b_per_key": None,
+        "b_worker_id": "w_plan",
+        "b_lease_s": 1.0,
+    }
+    async with store.write() as conn:
+        compiled = statement.compile(conn.sync_connection)
+        bound = compiled.construct_params(params)
+        found = await conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + str(compiled), bound
+        )
+        plan = "\n".join(str(row[0]) for row in found)
+        await conn.rollback()
+    return plan
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_claim_in_turns_reads_each_key_s_first_rows_by_index(store: Store) -> None:
+    """A flood of one key and a trickle of another: the claim reads the keys and each
+    key's first rows from ``ix_invocations_pending_key``, never every pending row."""
+    now = datetime.now(UTC)
+    async with store.write() as conn:
+        await ns_store.insert_namespace(conn, id="ns_1", name="n", now=now)
+        await queue_store.insert_queue(
+            conn, id="q_1", namespace_id="ns_1", spec=parse_spec({"name": "q"}), now=now
+        )
+    await _fill(store, "q_1", "ns_1", PENDING)
+    async with store.write() as conn:
+        await conn.execute(text("UPDATE invocations SET concurrency_key = 'a'"))
+        await conn.execute(
+            text(
+                "UPDATE invocations SET concurrency_key = 'b'"
+                " WHERE id IN ('bulk_7', 'bulk_70', 'bulk_700')"
+            )
+        )
+        await conn.execute(text("ANALYZE invocations"))
+
+    plan = await _keyed_plan(store, "q_1")
+    assert "ix_invocations_pending_key" in plan, plan
+    assert "Seq Scan on invocations" not in plan, plan
+    # no step of the plan reads (or sorts) the flood: at most what the claim could take
+    rows = [int(n) for n in re.findall(r"actual rows=(\d+)", plan)]
+    assert max(rows) <= 100 + 3, plan

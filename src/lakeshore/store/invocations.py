@@ -663,14 +663,18 @@ def _turns_statement(kind: str, pg: bool) -> Any:
     """:func:`_lease_statement` in fair turns between concurrency keys (Hatchet's
     GROUP_ROUND_ROBIN): within one priority, the first claimable row of each key in
     ``kind``'s order, then the second of each …, up to ``b_limit``; a key takes no more
-    than ``b_per_key`` (null: no limit) less its running rows. Rows without a key are
-    one key of their own, which the per-key limit leaves alone.
+    than ``b_per_key`` (null: no limit) less its running rows. Rows without a key take
+    their turns as one key of their own, from among the queue's first ``b_limit``
+    pending rows in ``kind``'s order (what a claim without keys reads): finding every
+    row without a key behind a flood of keyed ones would read the flood. The per-key
+    limit leaves them alone.
 
     PostgreSQL reads only what it takes, with ``ix_invocations_pending_key``: the keys
     of the queue's pending rows, one index probe each (a recursive skip over the
     index), then each key's first rows in order, as many as the claim could take of it
     (``LIMIT``, locked ``SKIP LOCKED`` as a plain pick's), and the rows without a key
-    from the queue's own index; the turns are ranked among those alone. SQLite, whose
+    from the queue's own index, as a plain pick reads them; the turns are ranked among
+    those alone. SQLite, whose
     one writer has no racing claimer and which has no LATERAL, ranks the queue's
     claimable rows with a window function."""
     order = _TURN_ORDER[kind]
@@ -701,8 +705,10 @@ def _turns_statement(kind: str, pg: bool) -> Any:
             f" ORDER BY {order} LIMIT GREATEST(0, {room}) FOR UPDATE SKIP LOCKED) AS c"
             " WHERE keys.k IS NOT NULL"
             " UNION ALL SELECT * FROM (SELECT CAST(NULL AS text), id, priority, created_at"
-            f" FROM invocations WHERE {mine} AND concurrency_key IS NULL AND {rule}"
-            f" ORDER BY {order} LIMIT :b_limit FOR UPDATE SKIP LOCKED) AS plain)"
+            " FROM invocations WHERE id = ANY(ARRAY(SELECT id FROM ("
+            f"SELECT id, concurrency_key FROM invocations WHERE {mine} AND {rule}"
+            f" ORDER BY {order} LIMIT :b_limit) AS head WHERE concurrency_key IS NULL))"
+            " AND state = 'pending' FOR UPDATE SKIP LOCKED) AS plain)"
             f" SELECT id FROM candidates ORDER BY {first}"
             f"row_number() OVER (PARTITION BY k{level} ORDER BY {order}), {order}"
             " LIMIT :b_limit"
@@ -711,7 +717,13 @@ def _turns_statement(kind: str, pg: bool) -> Any:
         sql = (
             "SELECT id FROM (SELECT id, priority, created_at, concurrency_key AS k,"
             f" row_number() OVER (PARTITION BY concurrency_key{level} ORDER BY {order}) AS n"
-            f" FROM invocations WHERE invocations.queue_id = :b_queue_id AND {rule}) AS ranked"
+            " FROM invocations WHERE invocations.queue_id = :b_queue_id"
+            f" AND concurrency_key IS NOT NULL AND {rule}"
+            " UNION ALL SELECT id, priority, created_at, NULL,"
+            f" row_number() OVER (PARTITION BY NULL{level} ORDER BY {order}) FROM ("
+            "SELECT id, priority, created_at, concurrency_key FROM invocations"
+            f" WHERE invocations.queue_id = :b_queue_id AND {rule} ORDER BY {order}"
+            " LIMIT :b_limit) AS head WHERE concurrency_key IS NULL) AS ranked"
             f" WHERE k IS NULL OR :b_per_key IS NULL OR n <= :b_per_key - {running}"
             f" ORDER BY {first}n, {order} LIMIT :b_limit"
         )
