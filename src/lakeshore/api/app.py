@@ -50,7 +50,6 @@ from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
 from lakeshore.services import schedules as schedule_service
 from lakeshore.services.controller import Controller
-from lakeshore.services.invocations import RateLimiter
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
 from lakeshore.services.overview import Overview
@@ -263,7 +262,6 @@ def create_app(
             admin_token_path=token_path,
             clock=server_clock,
             notifier=notifier,
-            limiter=RateLimiter(),
             controller=controller,
             leadership=leadership,
             callers=auth.Callers(store, token, clock=server_clock),

@@ -20,7 +20,7 @@ from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.controller import Controller
 from lakeshore.services.handoff import Waiting
-from lakeshore.services.invocations import KnownQueues, RateLimiter
+from lakeshore.services.invocations import KnownQueues
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Hangup, Notifier
@@ -40,7 +40,6 @@ class AppState:
     admin_token_path: Path | None
     clock: Clock
     notifier: Notifier
-    limiter: RateLimiter
     controller: Controller
     leadership: Leadership
     callers: auth.Callers  # who the presented tokens name (remembered for a second)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,7 +33,7 @@ from lakeshore.services.namespaces import Namespace
 from lakeshore.services.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import queues as queue_store
-from lakeshore.store import wakeups
+from lakeshore.store import rate_buckets, wakeups
 from lakeshore.store.engine import Store
 
 log = logging.getLogger("lakeshore.invocations")
@@ -126,7 +127,8 @@ async def _submit_to_known(
     it, or it sees the change and inserts nothing. It takes only the submits whose
     outcome the copy settles without a count: an active or paused queue with no
     ``max_depth`` or ``rate_limit``, a caller its ``authPolicy`` admits, a priority it
-    can place. Anything else, a refusal included, goes the full way, which reads the
+    can place (no ``rate_limit_per_key`` either). Anything else, a refusal included,
+    goes the full way, which reads the
     queue afresh and answers with the current spec's reason. ``waiting``: the claims
     waiting in this server, the longest-waiting of which on this queue, if any, is
     handed the invocation when its worker may take it (:mod:`.handoff`)."""
@@ -136,7 +138,12 @@ async def _submit_to_known(
     queue, revision = entry
     limits = queue.spec.admission
     if queue.state in ("draining", "archived") or (
-        limits is not None and (limits.max_depth is not None or limits.rate_limit is not None)
+        limits is not None
+        and (
+            limits.max_depth is not None
+            or limits.rate_limit is not None
+            or limits.rate_limit_per_key is not None
+        )
     ):
         return None
     try:
@@ -233,35 +240,47 @@ class _Full(Exception):
     """The queue is at max_depth and its on_full is block."""
 
 
-class RateLimiter:
-    """Token buckets per queue (in this server process: each replica paces its own)."""
-
-    def __init__(self) -> None:
-        self._buckets: dict[str, admission.TokenBucket] = {}
-
-    def admit(self, queue: Queue, count: int, now: datetime) -> None:
-        rate = queue.spec.admission.rate_limit if queue.spec.admission else None
-        if rate is None:
-            self._buckets.pop(queue.id, None)
-            return
-        bucket = self._buckets.get(queue.id)
-        if bucket is None or bucket.rate != rate:
-            bucket = self._buckets[queue.id] = admission.TokenBucket(rate=rate)
-        wait = bucket.take(count, now.timestamp())
+async def _admit(
+    conn: AsyncConnection, queue: Queue, adding: Sequence[Submit], now: datetime
+) -> None:
+    """Pace the submits that add rows by the queue's ``rate_limit`` and each concurrency
+    key's ``rate_limit_per_key``: tokens taken from buckets in the store, in the submit's
+    transaction, so every replica admits from the same buckets (a refusal rolls every
+    take back with it)."""
+    limits = queue.spec.admission
+    if limits is None or not adding:
+        return
+    if limits.rate_limit is not None:
+        wait = await rate_buckets.take(
+            conn, queue.id, rate_buckets.QUEUE, limits.rate_limit, len(adding), now
+        )
         if wait > 0:
             raise TooManyRequests(
-                f'queue "{queue.name}" takes {rate:g} submits a second; retry in {wait:.2f} s',
+                f'queue "{queue.name}" takes {limits.rate_limit:g} submits a second; '
+                f"retry in {wait:.2f} s",
                 field="admission.rate_limit",
                 retry_after=wait,
             )
+    if limits.rate_limit_per_key is not None:
+        keys = Counter(s.concurrency_key for s in adding if s.concurrency_key is not None)
+        for key, count in sorted(keys.items()):  # always in one order: no deadlock
+            rate = limits.rate_limit_per_key
+            wait = await rate_buckets.take(conn, queue.id, key, rate, count, now)
+            if wait > 0:
+                raise TooManyRequests(
+                    f'concurrency key "{key}" of queue "{queue.name}" takes {rate:g} '
+                    f"submits a second; retry in {wait:.2f} s",
+                    field="admission.rate_limit_per_key",
+                    retry_after=wait,
+                )
 
 
-async def _incoming(conn: AsyncConnection, queue: Queue, submits: Sequence[Submit]) -> int:
-    """How many of the submits would add a row: a key already used in the queue adds
-    none (its submit answers with the invocation that holds it)."""
+async def _adding(conn: AsyncConnection, queue: Queue, submits: Sequence[Submit]) -> list[Submit]:
+    """The submits that would add a row: a key already used in the queue adds none (its
+    submit answers with the invocation that holds it)."""
     keys = {s.key for s in submits if s.key is not None}
     known = await inv_store.existing_keys(conn, queue.id, keys) if keys else set()
-    return sum(1 for s in submits if s.key is None or s.key not in known)
+    return [s for s in submits if s.key is None or s.key not in known]
 
 
 async def _check_depth(conn: AsyncConnection, queue: Queue, incoming: int) -> None:
@@ -288,7 +307,6 @@ def _places(count: int) -> list[str]:
 async def submit_many(
     store: Store,
     notifier: Notifier,
-    limiter: RateLimiter,
     ns: Namespace,
     queue_name: str,
     bodies: Sequence[Any],
@@ -322,7 +340,7 @@ async def submit_many(
         if answer is not None:
             return [answer]
     queue, revision, rows, stored = await _submit_reading_queue(
-        store, limiter, ns, queue_name, submits, places, now, block_s=block_s, caller=caller
+        store, ns, queue_name, submits, places, now, block_s=block_s, caller=caller
     )
     if known is not None:
         known[(ns.id, queue.name)] = (queue, revision)
@@ -332,7 +350,6 @@ async def submit_many(
 
 async def _submit_reading_queue(
     store: Store,
-    limiter: RateLimiter,
     ns: Namespace,
     queue_name: str,
     submits: Sequence[Submit],
@@ -357,10 +374,9 @@ async def _submit_reading_queue(
                 rows = _rows(ns, queue, submits, now, places)
                 # repeats of a used key are answered, never refused: only new rows are
                 # held to max_depth and paced by rate_limit
-                incoming = await _incoming(conn, queue, submits)
-                await _check_depth(conn, queue, incoming)
-                if incoming:
-                    limiter.admit(queue, incoming, now)
+                adding = await _adding(conn, queue, submits)
+                await _check_depth(conn, queue, len(adding))
+                await _admit(conn, queue, adding, now)
                 stored = await inv_store.insert_many(conn, rows)  # publishes the wake-up
             return queue, revision, rows, stored
         except IntegrityError:  # a racing create of the same queue: retried, not surfaced

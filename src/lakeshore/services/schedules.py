@@ -223,20 +223,17 @@ async def enqueue_due(
     store: Store,
     notifier: Notifier,
     now: datetime,
-    *,
-    limiter: submits.RateLimiter | None = None,
 ) -> list[Enqueued]:
     """Enqueue every schedule's due slots at ``now`` (see the module's docstring); only
     the cluster's leader calls it. A schedule whose submit is refused (its queue full
     or draining) keeps the slots not enqueued for the next step; the others go on."""
     now = now.astimezone(UTC)
-    limiter = limiter or submits.RateLimiter()
     async with store.read() as conn:
         rows = await schedule_store.all_schedules(conn)
     done = []
     for row in rows:
         try:
-            outcome = await _enqueue_one(store, notifier, limiter, row, now)
+            outcome = await _enqueue_one(store, notifier, row, now)
         except Exception:
             log.exception(
                 "schedule %s of queue %s: enqueueing its due slots failed",
@@ -251,7 +248,7 @@ async def enqueue_due(
 
 
 async def _enqueue_one(
-    store: Store, notifier: Notifier, limiter: submits.RateLimiter, row: RowMapping, now: datetime
+    store: Store, notifier: Notifier, row: RowMapping, now: datetime
 ) -> Enqueued | None:
     spec = _spec_of(row)
     due = rules.due(spec, row["last_slot"], now)
@@ -266,7 +263,7 @@ async def _enqueue_one(
         body["key"] = rules.slot_key(spec.name, slot)
         try:
             [(invocation, _)] = await submits.submit_many(
-                store, notifier, limiter, ns, row["queue_name"], [body], now, block_s=0.0
+                store, notifier, ns, row["queue_name"], [body], now, block_s=0.0
             )
         except LakeshoreError as exc:
             # a queue that stays full refuses every step: said once, until it changes
@@ -320,12 +317,11 @@ async def run_forever(
     that lost its lock without knowing it yet may step once more beside the new one: the
     slots' keys make that harmless."""
     working = working or asyncio.Lock()
-    limiter = submits.RateLimiter()
     while True:
         try:
             async with working:
                 if duty.leading:
-                    for outcome in await enqueue_due(store, notifier, clock(), limiter=limiter):
+                    for outcome in await enqueue_due(store, notifier, clock()):
                         _log(outcome)
         except Exception:
             log.exception("schedule step failed; the next one runs on time")

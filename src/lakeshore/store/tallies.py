@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from sqlalchemy import TextClause, bindparam, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.store.tables import FINISHED, finished_tallies, invocations
+from lakeshore.store.upsert import locked_row
 
 T = finished_tallies.c
 C = invocations.c
@@ -95,15 +95,8 @@ async def roll_up(conn: AsyncConnection, queue_id: str, upto: datetime) -> datet
     """Add the queue's invocations finished after its tally's ``counted_until`` and at or
     before ``upto`` to its tally, which then counts until ``upto`` (never back): the new
     ``counted_until``. The tally's row is locked for the transaction."""
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    await conn.execute(
-        insert(finished_tallies)
-        .values(queue_id=queue_id, counted_until=NEVER)
-        .on_conflict_do_nothing(index_elements=["queue_id"])
-    )
-    until: datetime = (
-        await conn.execute(select(T.counted_until).where(T.queue_id == queue_id).with_for_update())
-    ).scalar_one()
+    row = await locked_row(conn, finished_tallies, {"queue_id": queue_id}, {"counted_until": NEVER})
+    until: datetime = row.counted_until
     if upto <= until:
         return until
     params = {"queue_id": queue_id, "after": until, "upto": upto}

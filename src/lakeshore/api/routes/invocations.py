@@ -135,7 +135,6 @@ async def _submitted(
     results = await inv_service.submit_many(
         state.store,
         state.notifier,
-        state.limiter,
         to.ns,
         name,
         bodies,
