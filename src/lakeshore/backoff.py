@@ -19,6 +19,7 @@ from tenacity import (
     RetryCallState,
     Retrying,
     retry_base,
+    retry_if_exception,
     retry_if_exception_type,
     retry_if_result,
     stop_after_attempt,
@@ -32,17 +33,26 @@ def wait(first_s: float, max_s: float) -> wait_random_exponential:
     return wait_random_exponential(multiplier=first_s, max=max_s)
 
 
-def _retry(
-    on: type[BaseException] | tuple[type[BaseException], ...],
-    again: Callable[[Any], bool] | None,
-) -> retry_base:
-    if again is None:
-        return retry_if_exception_type(on)
-    return retry_if_exception_type(on) | retry_if_result(again)
+def pause_s(failures: int, first_s: float, max_s: float) -> float:
+    """The wait after ``failures`` in a row, by the same rule (:func:`wait`), for a loop
+    that goes on after it (the daemon's claims) rather than one that ends at a success."""
+    state = RetryCallState(None, None, (), {})  # type: ignore[arg-type]
+    state.attempt_number = max(1, failures)
+    return float(wait(first_s, max_s)(state))
+
+
+Failure = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+def _retry(on: Failure, again: Callable[[Any], bool] | None) -> retry_base:
+    tried: retry_base = (
+        retry_if_exception_type(on) if isinstance(on, (type, tuple)) else retry_if_exception(on)
+    )
+    return tried if again is None else tried | retry_if_result(again)
 
 
 def retrying(
-    on: type[BaseException] | tuple[type[BaseException], ...],
+    on: Failure,
     *,
     tries: int | None,
     first_s: float = 0.1,
@@ -59,7 +69,7 @@ def retrying(
 
 
 def aretrying(
-    on: type[BaseException] | tuple[type[BaseException], ...],
+    on: Failure,
     *,
     tries: int | None,
     first_s: float = 0.1,
@@ -68,9 +78,10 @@ def aretrying(
     give_up: Callable[[RetryCallState], Any] | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> AsyncRetrying:
-    """Tries on the event loop: again after an ``on`` error or a result ``again`` says
-    to try again, up to ``tries`` in all; then ``give_up``'s value (without it the last
-    error is raised). ``sleep`` waits (one a stop can cut short)."""
+    """Tries on the event loop: again after an ``on`` error (its types, or a predicate of
+    the error) or a result ``again`` says to try again, up to ``tries`` in all; then
+    ``give_up``'s value (without it the last error is raised). ``sleep`` waits (one a
+    stop can cut short)."""
     return AsyncRetrying(
         retry=_retry(on, again),
         stop=stop_never if tries is None else stop_after_attempt(tries),

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lakeshore import jsontext, logs, refusals, transport
+from lakeshore import backoff, jsontext, logs, refusals, transport
 from lakeshore.daemon import linux
 from lakeshore.daemon.pool import PoolConfig
 from lakeshore.daemon.prefetch import Prefetch
@@ -204,27 +204,35 @@ class Daemon:
         ):
             if value:
                 body[key] = value
-        failures = 0
-        while True:
-            try:
-                response = await self.http.post("/v1/workers/hello", json=body)
-            except transport.Unreachable as exc:
-                if failures >= self.config.hello_attempts - 1 or self._orphaned():
-                    raise
-                log.warning("hello failed (%s); retrying", exc)
-            else:
-                if not _transient(response) or failures >= self.config.hello_attempts - 1:
-                    _raise_for(response)
-                    self.unreachable_since = None
-                    return dict(response.json())
-                log.warning("hello refused for now (%d); retrying", response.status_code)
-            await self._sleep(self._backoff(failures))
-            failures += 1
+
+        async def once() -> transport.Answer:
             if self.stop.is_set():
                 raise DaemonError("stopped before the server answered hello")
+            try:
+                return await self.http.post("/v1/workers/hello", json=body)
+            except transport.Unreachable as exc:
+                log.warning("hello failed (%s); retrying", exc)
+                raise
 
-    def _backoff(self, failures: int) -> float:
-        return float(min(5.0, self.config.retry_s * 2 ** min(failures, 8)))
+        def for_now(response: transport.Answer) -> bool:
+            if _transient(response):
+                log.warning("hello refused for now (%d); retrying", response.status_code)
+                return True
+            return False
+
+        tries = backoff.aretrying(
+            lambda exc: isinstance(exc, transport.Unreachable) and not self._orphaned(),
+            tries=self.config.hello_attempts,
+            first_s=self.config.retry_s,
+            max_s=5.0,
+            again=for_now,
+            give_up=lambda state: state.outcome.result() if state.outcome else None,
+            sleep=self._sleep,
+        )
+        response: transport.Answer = await tries(once)  # the last refusal, raised below
+        _raise_for(response)
+        self.unreachable_since = None
+        return dict(response.json())
 
     async def _claim_loop(self) -> None:
         failures = 0
@@ -250,8 +258,8 @@ class Daemon:
             if response == _STOP:
                 return
             if not isinstance(response, transport.Answer):
-                await self._sleep(self._backoff(failures))
                 failures += 1
+                await self._sleep(backoff.pause_s(failures, self.config.retry_s, 5.0))
                 continue
             failures = 0
             answer = await self._take(response)
