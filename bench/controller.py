@@ -70,7 +70,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from lakeshore import runtime
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.queue import parse_spec
-from lakeshore.services.controller import Controller
+from lakeshore.services.fleet.controller import Controller
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare
 from lakeshore.store.rows import queue_columns
 from lakeshore.store.tables import (

@@ -18,7 +18,7 @@ from asgi_lifespan import LifespanManager
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
 from lakeshore.providers import LaunchRequest
-from lakeshore.services import fleet_ops
+from lakeshore.services.fleet import fleet_ops
 from tests.conftest import FakeClock
 
 pytest.register_assert_rewrite(

@@ -606,7 +606,7 @@ async def test_the_server_with_that_node_id_ticks_a_pinned_queue(
     api: httpx.AsyncClient, store: Store, clock: FakeClock
 ) -> None:
     """``serverNodeId`` pins a queue to the server started with that node id."""
-    from lakeshore.services.controller import Controller
+    from lakeshore.services.fleet.controller import Controller
 
     await queue(api, "pinned", elastic(), serverNodeId="node-b")
     await queue(api, "free", elastic())

@@ -12,7 +12,7 @@ from sqlalchemy import update
 
 from lakeshore.config import Settings
 from lakeshore.services import reaper
-from lakeshore.services.controller import Controller
+from lakeshore.services.fleet.controller import Controller
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import queues
 from tests.conftest import FakeClock

@@ -15,7 +15,7 @@ from asgi_lifespan import LifespanManager
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
-from lakeshore.services import elasticity_loop
+from lakeshore.services.fleet import elasticity_loop
 from tests.conftest import ADMIN, FakeClock
 from tests.integration.test_controller import NS, TICK, elastic, provider, queue, submit_many
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from lakeshore.services.controller import Controller
+from lakeshore.services.fleet.controller import Controller
 from lakeshore.store.engine import Store, parse_url
 from lakeshore.store.leadership import DEAD_PEER_S, AdvisoryLock, Led, Replicas
 from tests.conftest import FakeClock, _truncate

@@ -32,7 +32,7 @@ from lakeshore.domain import fleet
 from lakeshore.domain.fleet import LaunchBody
 from lakeshore.domain.queue import DaemonTemplate
 from lakeshore.providers import LaunchError, LaunchRequest, build, local
-from lakeshore.services.controller import Controller
+from lakeshore.services.fleet.controller import Controller
 from lakeshore.store.engine import Store, create_engine_for, parse_url
 from tests.conftest import ADMIN, FakeClock
 

@@ -44,12 +44,13 @@ from lakeshore.api.ui import pages as ui_pages
 from lakeshore.api.ui.session import Sessions
 from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
-from lakeshore.services import auth, elasticity_loop, leading, reaper, retention
-from lakeshore.services import local_fleet as local_fleet_service
+from lakeshore.services import auth, leading, reaper, retention
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
 from lakeshore.services import schedules as schedule_service
-from lakeshore.services.controller import Controller
+from lakeshore.services.fleet import elasticity_loop
+from lakeshore.services.fleet import local_fleet as local_fleet_service
+from lakeshore.services.fleet.controller import Controller
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.notify import Notifier
 from lakeshore.services.overview import Overview

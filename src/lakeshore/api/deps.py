@@ -18,7 +18,7 @@ from lakeshore.config import Settings
 from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
-from lakeshore.services.controller import Controller
+from lakeshore.services.fleet.controller import Controller
 from lakeshore.services.handoff import Waiting
 from lakeshore.services.invocations import KnownQueues
 from lakeshore.services.metrics import Metrics

@@ -16,10 +16,10 @@ from lakeshore.domain.names import is_valid_name
 from lakeshore.domain.queue import Queue, QueueSpec, merge_patch, parse_spec
 from lakeshore.domain.states import Transition
 from lakeshore.errors import Conflict, InvalidInput, NotFound
-from lakeshore.services import scopes
+from lakeshore.services.fleet import scopes
+from lakeshore.services.fleet.scalers import Registry as ScalerRegistry
+from lakeshore.services.fleet.scopes import scope_of
 from lakeshore.services.namespaces import Namespace
-from lakeshore.services.scalers import Registry as ScalerRegistry
-from lakeshore.services.scopes import scope_of
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import queues as queue_store

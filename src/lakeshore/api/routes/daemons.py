@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query
 
 from lakeshore.api.deps import InNamespace, State
-from lakeshore.services import daemons
+from lakeshore.services.fleet import daemons
 
 router = APIRouter(prefix="/v1/namespaces/{ns}/daemons", tags=["daemons"])
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from lakeshore.api.deps import InNamespace, State
-from lakeshore.services import feed
 from lakeshore.services import schedules as schedule_service
+from lakeshore.services.fleet import feed
 
 router = APIRouter(prefix="/v1/namespaces/{ns}", tags=["elasticity"])
 

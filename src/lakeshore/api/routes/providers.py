@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from lakeshore.api.deps import Caller, InNamespace, State
 from lakeshore.errors import UnsupportedMediaType
 from lakeshore.providers import KINDS
-from lakeshore.services import providers as provider_service
+from lakeshore.services.fleet import providers as provider_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}/providers", tags=["providers"])
 

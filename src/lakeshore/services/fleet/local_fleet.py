@@ -14,7 +14,7 @@ from lakeshore.errors import Conflict
 from lakeshore.providers import local
 from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
-from lakeshore.services import providers as provider_service
+from lakeshore.services.fleet import providers as provider_service
 from lakeshore.store import launches as launch_store
 from lakeshore.store import providers as provider_store
 from lakeshore.store.engine import Store

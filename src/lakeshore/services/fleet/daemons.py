@@ -16,8 +16,8 @@ from lakeshore.domain.names import Name
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import Conflict, InvalidInput, NotFound, ProviderFailed
 from lakeshore.services import queues as queue_service
-from lakeshore.services import scopes
-from lakeshore.services.fleet_ops import FleetOps
+from lakeshore.services.fleet import scopes
+from lakeshore.services.fleet.fleet_ops import FleetOps
 from lakeshore.services.namespaces import Namespace
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import queues as queue_store

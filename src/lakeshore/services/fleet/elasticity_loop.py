@@ -26,7 +26,7 @@ import logging
 from typing import Any, Final
 
 from lakeshore import logs
-from lakeshore.services.controller import Controller
+from lakeshore.services.fleet.controller import Controller
 from lakeshore.store.leadership import Leadership, Led
 
 log = logging.getLogger("lakeshore.controller")

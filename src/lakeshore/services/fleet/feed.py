@@ -16,7 +16,7 @@ from lakeshore.domain.names import is_valid_name
 from lakeshore.elasticity import plan, units
 from lakeshore.errors import InvalidInput, NotFound
 from lakeshore.services import queues as queue_service
-from lakeshore.services import scopes
+from lakeshore.services.fleet import scopes
 from lakeshore.services.namespaces import Namespace
 from lakeshore.store import events as event_store
 from lakeshore.store import queues as queue_store
