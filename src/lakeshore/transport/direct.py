@@ -54,18 +54,9 @@ class _Connection:
             raise http.client.NotConnected("the connection is closed")
         sock.sendall(wire.head(method, target, self.host, headers, body) + (body or b""))
         reading = wire.Reading(head_only=method == "HEAD")
-        closed = False
-        while not reading.complete:
-            data = sock.recv(wire.READ_BYTES)
-            if not data:
-                closed = reading.ended()
-                break
-            reading.feed(data)
-        body = b"".join(reading.body)
-        if "content-encoding" in reading.headers:
-            body = wire.decoded(reading.headers, body)
-        answer = Answer(reading.status(), body, reading.headers)
-        return answer, reading.reusable(closed)
+        while not reading.took(sock.recv(wire.READ_BYTES)):
+            pass
+        return reading.answer()
 
 
 class Connections(Transport):

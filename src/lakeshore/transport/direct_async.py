@@ -97,20 +97,11 @@ class AsyncConnections(AsyncTransport):
         target = self.target.prefix + path
         conn.writer.write(wire.head(method, target, self._host, headers, body) + (body or b""))
         reading = wire.Reading(head_only=method == "HEAD")
-        closed = False
         async with asyncio.timeout(read_s):
             await conn.writer.drain()
-            while not reading.complete:
-                data = await conn.reader.read(wire.READ_BYTES)
-                if not data:
-                    closed = reading.ended()
-                    break
-                reading.feed(data)
-        body = b"".join(reading.body)
-        if "content-encoding" in reading.headers:
-            body = wire.decoded(reading.headers, body)
-        answer = Answer(reading.status(), body, reading.headers)
-        return answer, reading.reusable(closed)
+            while not reading.took(await conn.reader.read(wire.READ_BYTES)):
+                pass
+        return reading.answer()
 
     async def _take(self) -> _Connection:
         while self._idle:

@@ -10,6 +10,8 @@ import zlib
 
 import httptools
 
+from lakeshore.transport.answer import Answer
+
 READ_BYTES = 65_536
 NO_BODY = frozenset({204, 304})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})  # a length is sent even when empty
@@ -20,6 +22,7 @@ class Reading:
 
     __slots__ = (
         "body",
+        "closed",
         "complete",
         "framed",
         "head_only",
@@ -39,6 +42,7 @@ class Reading:
         self.framed = False  # a length or chunks: the body's end is known without a close
         self.head_only = head_only
         self.keep = False  # the answer lets the connection carry another request
+        self.closed = False  # the connection closed (which may have ended the body)
         self.parser = httptools.HttpResponseParser(self)
 
     def on_message_begin(self) -> None:
@@ -63,6 +67,22 @@ class Reading:
 
     def on_message_complete(self) -> None:
         self.complete = True
+
+    def took(self, data: bytes) -> bool:
+        """What one read of the socket brought (nothing: the connection closed); whether
+        the answer is whole now."""
+        if not data:
+            self.closed = self.ended()
+            return True
+        self.feed(data)
+        return self.complete
+
+    def answer(self) -> tuple[Answer, bool]:
+        """The answer read, and whether its connection may carry another request."""
+        body = b"".join(self.body)
+        if "content-encoding" in self.headers:
+            body = decoded(self.headers, body)
+        return Answer(self.status(), body, self.headers), self.reusable(self.closed)
 
     def feed(self, data: bytes) -> None:
         try:
