@@ -674,9 +674,8 @@ def _turns_statement(kind: str, pg: bool) -> Any:
     index), then each key's first rows in order, as many as the claim could take of it
     (``LIMIT``, locked ``SKIP LOCKED`` as a plain pick's), and the rows without a key
     from the queue's own index, as a plain pick reads them; the turns are ranked among
-    those alone. SQLite, whose
-    one writer has no racing claimer and which has no LATERAL, ranks the queue's
-    claimable rows with a window function."""
+    those alone. SQLite reads the same, each key's first rows by a correlated ``IN``
+    (it has no LATERAL; its one writer has no racing claimer to skip)."""
     order = _TURN_ORDER[kind]
     level = ", priority" if kind == "priority" else ""
     first = "priority DESC, " if kind == "priority" else ""
@@ -687,18 +686,20 @@ def _turns_statement(kind: str, pg: bool) -> Any:
     running = claimable.as_text(
         claimable.running_of_key(literal_column(":b_queue_id"), literal_column("ranked.k"))
     )
+    mine = "invocations.queue_id = :b_queue_id"
+    keys = (
+        "WITH RECURSIVE keys(k) AS (SELECT (SELECT concurrency_key FROM invocations"
+        f" WHERE {mine} AND state = 'pending' AND concurrency_key IS NOT NULL"
+        " ORDER BY concurrency_key LIMIT 1)"
+        " UNION ALL SELECT (SELECT concurrency_key FROM invocations"
+        f" WHERE {mine} AND state = 'pending' AND concurrency_key > keys.k"
+        " ORDER BY concurrency_key LIMIT 1) FROM keys WHERE keys.k IS NOT NULL)"
+    )
     if pg:
         running = running.replace("ranked.k", "keys.k")
-        mine = "invocations.queue_id = :b_queue_id"
         room = f"LEAST(:b_limit, COALESCE(CAST(:b_per_key AS int8) - {running}, :b_limit))"
         sql = (
-            "WITH RECURSIVE keys(k) AS ("
-            f"(SELECT concurrency_key FROM invocations WHERE {mine} AND state = 'pending'"
-            " AND concurrency_key IS NOT NULL ORDER BY concurrency_key LIMIT 1)"
-            " UNION ALL SELECT (SELECT concurrency_key FROM invocations"
-            f" WHERE {mine} AND state = 'pending' AND concurrency_key > keys.k"
-            " ORDER BY concurrency_key LIMIT 1) FROM keys WHERE keys.k IS NOT NULL),"
-            " candidates AS MATERIALIZED ("
+            f"{keys}, candidates AS MATERIALIZED ("
             "SELECT c.* FROM keys CROSS JOIN LATERAL ("
             "SELECT keys.k, id, priority, created_at FROM invocations"
             f" WHERE {mine} AND concurrency_key = keys.k AND {rule}"
@@ -714,16 +715,18 @@ def _turns_statement(kind: str, pg: bool) -> Any:
             " LIMIT :b_limit"
         )
     else:
+        # no LATERAL: each key's first rows come from a correlated IN, read by the index
         sql = (
-            "SELECT id FROM (SELECT id, priority, created_at, concurrency_key AS k,"
-            f" row_number() OVER (PARTITION BY concurrency_key{level} ORDER BY {order}) AS n"
-            " FROM invocations WHERE invocations.queue_id = :b_queue_id"
-            f" AND concurrency_key IS NOT NULL AND {rule}"
-            " UNION ALL SELECT id, priority, created_at, NULL,"
-            f" row_number() OVER (PARTITION BY NULL{level} ORDER BY {order}) FROM ("
+            f"{keys} SELECT id FROM (SELECT id, priority, created_at, k,"
+            f" row_number() OVER (PARTITION BY k{level} ORDER BY {order}) AS n FROM ("
+            "SELECT i.id, i.priority, i.created_at, keys.k AS k FROM keys"
+            " JOIN invocations AS i ON i.id IN (SELECT id FROM invocations"
+            f" WHERE {mine} AND concurrency_key = keys.k AND {rule}"
+            f" ORDER BY {order} LIMIT :b_limit) WHERE keys.k IS NOT NULL"
+            " UNION ALL SELECT id, priority, created_at, NULL FROM ("
             "SELECT id, priority, created_at, concurrency_key FROM invocations"
-            f" WHERE invocations.queue_id = :b_queue_id AND {rule} ORDER BY {order}"
-            " LIMIT :b_limit) AS head WHERE concurrency_key IS NULL) AS ranked"
+            f" WHERE {mine} AND {rule} ORDER BY {order} LIMIT :b_limit) AS head"
+            " WHERE concurrency_key IS NULL)) AS ranked"
             f" WHERE k IS NULL OR :b_per_key IS NULL OR n <= :b_per_key - {running}"
             f" ORDER BY {first}n, {order} LIMIT :b_limit"
         )
