@@ -49,6 +49,7 @@ from sqlalchemy.sql.selectable import TextualSelect
 
 from lakeshore.domain import disciplines, jsonsafe
 from lakeshore.store import claimable, tallies, wakeups
+from lakeshore.store.driver import psycopg_of, psycopg_text
 from lakeshore.store.isolated import isolated
 from lakeshore.store.statements import OneStatement, Parameters, Statements
 from lakeshore.store.tables import DEFERRED, invocations, queues, stream_items
@@ -617,6 +618,13 @@ async def claim(
     return sorted(claimed.mappings().all(), key=lambda row: order[row["id"]])
 
 
+_QUEUE: ColumnElement[Any] = bindparam("b_queue_id")
+_LOCK = select(claimable.lock_queue(_QUEUE))
+_RUNNING = select(claimable.running_in_queue(_QUEUE))
+_LOCK_PG, _ = psycopg_text(_LOCK)
+_RUNNING_PG, _RUNNING_FIXED = psycopg_text(_RUNNING)
+
+
 async def _room(
     conn: AsyncConnection, queue_id: str, limit: int, limits: claimable.Limits, pg: bool
 ) -> int:
@@ -624,16 +632,26 @@ async def _room(
     queue's limit lock is held (PostgreSQL; on SQLite the write lock already is), so
     claims racing on other connections count one after another, each seeing what the
     one before it leased (each statement of a transaction reads what had committed when
-    it began, and the lock's holder commits before the next one's count begins)."""
-    queue: ColumnElement[Any] = bindparam("b_queue_id")
-    if pg:
-        await conn.execute(select(claimable.lock_queue(queue)), {"b_queue_id": queue_id})
+    it began, and the lock's holder commits before the next one's count begins). On
+    PostgreSQL the lock and the count go out at once, pipelined: one round trip, still
+    run one after the other."""
+    given = {"b_queue_id": queue_id}
+    if not pg:
+        if limits.max_running is None:
+            return limit
+        return min(
+            limit, limits.max_running - int((await conn.execute(_RUNNING, given)).scalar_one())
+        )
     if limits.max_running is None:
+        await conn.execute(_LOCK, given)
         return limit
-    running = await conn.execute(
-        select(claimable.running_in_queue(queue)), {"b_queue_id": queue_id}
-    )
-    return min(limit, limits.max_running - int(running.scalar_one()))
+    driver = await psycopg_of(conn)
+    async with driver.pipeline():
+        await driver.execute(_LOCK_PG, given)
+        counted = await driver.execute(_RUNNING_PG, {**_RUNNING_FIXED, **given})
+    found = await counted.fetchone()
+    assert found is not None, "a count has a row"
+    return min(limit, limits.max_running - int(found[0]))
 
 
 _TURN_ORDER = {
