@@ -31,12 +31,18 @@ class Invocation:
     args: list[Any]
     kwargs: dict[str, Any]
     timeout_s: float | None  # from when it begins; set-up is not counted
+    concurrency_key: str | None = None  # the key its queue takes turns by, if any
 
     @classmethod
     def of(cls, claimed: dict[str, Any]) -> Invocation:
         """From one entry of a claim's (or a report's) ``invocations``."""
         return cls(
-            claimed["id"], claimed["fn"], claimed["args"], claimed["kwargs"], claimed["timeout_s"]
+            claimed["id"],
+            claimed["fn"],
+            claimed["args"],
+            claimed["kwargs"],
+            claimed["timeout_s"],
+            claimed.get("concurrency_key"),
         )
 
 

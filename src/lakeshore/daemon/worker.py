@@ -37,6 +37,7 @@ from lakeshore.daemon.runners import Invocation, Runner
 from lakeshore.daemon.sentinel import Sentinel
 from lakeshore.daemon.streaming import ItemSender
 from lakeshore.daemon.threads import Threads
+from lakeshore.daemon.turns import Turns
 from lakeshore.domain import runners as daemon_runners
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class Daemon:
     polling: bool = False  # a claim is out (and may be waiting for work)
     closing: bool = False  # the background tasks are being stopped
     sentinel: Sentinel = field(default_factory=Sentinel)  # kills UDF groups if it dies
-    slots: asyncio.Semaphore = field(init=False)  # --capacity: what runs at once
+    slots: Turns = field(init=False)  # --capacity: what runs at once, given in turns by key
     prefetched: set[str] = field(default_factory=set)  # held, waiting for a slot
     ahead: Prefetch = field(init=False)  # how many to hold ahead of the free slots
     session: str = field(default_factory=lambda: secrets.token_hex(8))  # this process's hello
@@ -106,7 +107,7 @@ class Daemon:
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self.stop.set)
             linux.become_subreaper()
-        self.slots = asyncio.Semaphore(self.config.capacity)
+        self.slots = Turns(self.config.capacity)
         self.ahead = Prefetch(self.config.capacity, fixed=self.config.prefetch)
         self.sentinel.start()
         self.runner = _runner_for(self.config, self.sentinel)
@@ -417,7 +418,8 @@ class Daemon:
     async def _execute(self, invocation: Invocation) -> None:
         invocation_id = invocation.id
         try:
-            await self.slots.acquire()  # prefetched work waits here (a cancel ends the wait)
+            # prefetched work waits here, its key's turn (a cancel ends the wait)
+            await self.slots.acquire(invocation.concurrency_key)
         finally:
             self.prefetched.discard(invocation_id)
         # the sentinel knows before the run begins: a UDF that kills the daemon at once
