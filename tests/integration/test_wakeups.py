@@ -179,6 +179,8 @@ def _submitted(queue_id: str, key: str | None, now: datetime) -> dict[str, Any]:
         "state": "pending",
         "attempts": 0,
         "max_attempts": 3,
+        "retry": None,
+        "concurrency_key": None,
         "timeout_s": None,
         "available_at": now,
         "created_at": now,

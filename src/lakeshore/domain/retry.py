@@ -127,6 +127,21 @@ def stored(policy: RetryPolicy) -> dict[str, Any] | None:
     return policy.to_json()
 
 
+def shown(stored_policy: Mapping[str, Any] | None, max_attempts: int) -> dict[str, Any]:
+    """An invocation's effective policy as its record shows it: one made once per
+    ``max_attempts`` for the default (most rows: every claim answers with it), so a
+    read of many rows builds none. Not to be changed by the caller."""
+    if stored_policy is None:
+        made = _SHOWN.get(max_attempts)
+        if made is None:
+            made = _SHOWN[max_attempts] = replace(DEFAULT, max_attempts=max_attempts).to_json()
+        return made
+    return policy_of(stored_policy, max_attempts).to_json()
+
+
+_SHOWN: dict[int, dict[str, Any]] = {}
+
+
 def policy_of(stored_policy: Mapping[str, Any] | None, max_attempts: int) -> RetryPolicy:
     """An invocation's effective policy from its row: its stored policy (None: the
     default) with its ``max_attempts`` column, which a retry by hand may have raised."""

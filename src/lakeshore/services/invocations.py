@@ -60,7 +60,7 @@ def to_json(row: Any) -> dict[str, Any]:
         "attempts": row["attempts"],
         "max_attempts": row["max_attempts"],
         # the effective retry policy, fixed at submit
-        "retry": retries.policy_of(row.get("retry"), row["max_attempts"]).to_json(),
+        "retry": retries.shown(row.get("retry"), row["max_attempts"]),
         "timeout_s": row["timeout_s"],
         "worker": row["worker_id"],
         "lease_expires_at": iso(row["lease_expires_at"]),
