@@ -301,6 +301,7 @@ async def long_poll(
             return attempt.claimed
     async with store.read() as conn:
         queues = await worker_store.claimable_queues(conn, worker.id, worker.namespace_id)
+    del conn  # back in the pool: not kept alive by the wait below
     watched = [q["id"] for q in queues if q["own"] or reach.admits(q)]
     watched.append(worker_key(worker.id))  # the controller retiring it
     handing = [q["id"] for q in queues if q["own"] and q["state"] == "active"]
