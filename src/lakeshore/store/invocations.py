@@ -713,40 +713,44 @@ def _turns_statement(kind: str, pg: bool) -> Any:
         f" WHERE {mine} AND state = 'pending' AND concurrency_key > keys.k"
         " ORDER BY concurrency_key LIMIT 1) FROM keys WHERE keys.k IS NOT NULL)"
     )
+    # each key's running rows, counted once: a key's turns come after those it runs, so
+    # a key that already runs many waits behind one that runs none (a claim of one is not
+    # always the oldest key's)
+    load = f"load(k, busy) AS MATERIALIZED (SELECT k, {running.replace('ranked.k', 'keys.k')}"
+    load += " FROM keys WHERE k IS NOT NULL)"
     if pg:
-        running = running.replace("ranked.k", "keys.k")
-        room = f"LEAST(:b_limit, COALESCE(CAST(:b_per_key AS int8) - {running}, :b_limit))"
+        room = "LEAST(:b_limit, COALESCE(CAST(:b_per_key AS int8) - load.busy, :b_limit))"
         sql = (
-            f"{keys}, candidates AS MATERIALIZED ("
-            "SELECT c.* FROM keys CROSS JOIN LATERAL ("
-            "SELECT keys.k, id, priority, created_at FROM invocations"
-            f" WHERE {mine} AND concurrency_key = keys.k AND {rule}"
+            f"{keys}, {load}, candidates AS MATERIALIZED ("
+            "SELECT c.* FROM load CROSS JOIN LATERAL ("
+            "SELECT load.k, load.busy, id, priority, created_at FROM invocations"
+            f" WHERE {mine} AND concurrency_key = load.k AND {rule}"
             f" ORDER BY {order} LIMIT GREATEST(0, {room}) FOR UPDATE SKIP LOCKED) AS c"
-            " WHERE keys.k IS NOT NULL"
-            " UNION ALL SELECT * FROM (SELECT CAST(NULL AS text), id, priority, created_at"
+            " UNION ALL SELECT * FROM (SELECT CAST(NULL AS text), 0, id, priority, created_at"
             " FROM invocations WHERE id = ANY(ARRAY(SELECT id FROM ("
             f"SELECT id, concurrency_key FROM invocations WHERE {mine} AND {rule}"
             f" ORDER BY {order} LIMIT :b_limit) AS head WHERE concurrency_key IS NULL))"
             " AND state = 'pending' FOR UPDATE SKIP LOCKED) AS plain)"
             f" SELECT id FROM candidates ORDER BY {first}"
-            f"row_number() OVER (PARTITION BY k{level} ORDER BY {order}), {order}"
+            f"busy + row_number() OVER (PARTITION BY k{level} ORDER BY {order}), {order}"
             " LIMIT :b_limit"
         )
     else:
         # no LATERAL: each key's first rows come from a correlated IN, read by the index
+        load = load.replace("AS MATERIALIZED", "AS")
         sql = (
-            f"{keys} SELECT id FROM (SELECT id, priority, created_at, k,"
+            f"{keys}, {load} SELECT id FROM (SELECT id, priority, created_at, k, busy,"
             f" row_number() OVER (PARTITION BY k{level} ORDER BY {order}) AS n FROM ("
-            "SELECT i.id, i.priority, i.created_at, keys.k AS k FROM keys"
+            "SELECT i.id, i.priority, i.created_at, load.k AS k, load.busy AS busy FROM load"
             " JOIN invocations AS i ON i.id IN (SELECT id FROM invocations"
-            f" WHERE {mine} AND concurrency_key = keys.k AND {rule}"
-            f" ORDER BY {order} LIMIT :b_limit) WHERE keys.k IS NOT NULL"
-            " UNION ALL SELECT id, priority, created_at, NULL FROM ("
+            f" WHERE {mine} AND concurrency_key = load.k AND {rule}"
+            f" ORDER BY {order} LIMIT :b_limit)"
+            " UNION ALL SELECT id, priority, created_at, NULL, 0 FROM ("
             "SELECT id, priority, created_at, concurrency_key FROM invocations"
             f" WHERE {mine} AND {rule} ORDER BY {order} LIMIT :b_limit) AS head"
             " WHERE concurrency_key IS NULL)) AS ranked"
-            f" WHERE k IS NULL OR :b_per_key IS NULL OR n <= :b_per_key - {running}"
-            f" ORDER BY {first}n, {order} LIMIT :b_limit"
+            " WHERE k IS NULL OR :b_per_key IS NULL OR n <= :b_per_key - busy"
+            f" ORDER BY {first}busy + n, {order} LIMIT :b_limit"
         )
     times = bindparam("b_now", type_=C.available_at.type)
     picked = text(sql).bindparams(times).columns(C.id).cte("picked").prefix_with("MATERIALIZED")
