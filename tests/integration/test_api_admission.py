@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from lakeshore.services import reaper
+from lakeshore.services.taskqueue import reaper
 from lakeshore.store.engine import Store
 from tests.conftest import FakeClock
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from lakeshore.services import reaper
-from lakeshore.services import workers as worker_service
+from lakeshore.services.taskqueue import reaper
+from lakeshore.services.taskqueue import workers as worker_service
 from lakeshore.store.engine import Store
 from tests.conftest import FakeClock
 from tests.integration.test_api_workers import NS, W, claim, submit

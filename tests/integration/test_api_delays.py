@@ -17,8 +17,8 @@ from fastapi import FastAPI
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
-from lakeshore.services import reaper
-from lakeshore.services.handoff import Waiting
+from lakeshore.services.taskqueue import reaper
+from lakeshore.services.taskqueue.handoff import Waiting
 from lakeshore.store.engine import Store
 from tests.conftest import ADMIN, ADMIN_TOKEN, FakeClock
 from tests.integration.test_api_metrics import queue_value, scrape

@@ -36,7 +36,7 @@ from schemathesis.checks import not_a_server_error
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
-from lakeshore.services.workers import Hello
+from lakeshore.services.taskqueue.workers import Hello
 from tests.conftest import ADMIN
 from tests.integration.edge_targets import no_wait
 from tests.integration.fuzzing import BASE_URL, Served, published_schema, serve

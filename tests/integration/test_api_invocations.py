@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
-from lakeshore.services import invocations as inv_service
+from lakeshore.services.taskqueue import invocations as inv_service
 from lakeshore.store import engine as engine_module
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import namespaces as ns_store

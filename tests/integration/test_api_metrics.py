@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from lakeshore.api.app import create_app
 from lakeshore.api.deps import AppState
 from lakeshore.config import Settings
-from lakeshore.services import reaper
-from lakeshore.services import workers as worker_service
+from lakeshore.services.taskqueue import reaper
+from lakeshore.services.taskqueue import workers as worker_service
 from tests.conftest import ADMIN, FakeClock
 
 NS = "/v1/namespaces/default"

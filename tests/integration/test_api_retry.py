@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from lakeshore.services import invocations as inv_service
+from lakeshore.services.taskqueue import invocations as inv_service
 from tests.integration.test_api_workers import NS, W, claim, hello, submit
 
 ERROR = {"type": "ValueError", "message": "bad"}

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lakeshore.services import schedules as schedule_service
-from lakeshore.services.notify import Notifier
+from lakeshore.services.taskqueue import schedules as schedule_service
+from lakeshore.services.taskqueue.notify import Notifier
 from lakeshore.store import schedules as schedule_store
 from lakeshore.store.engine import Store
 from tests.conftest import FakeClock

@@ -14,10 +14,10 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from lakeshore.config import Settings
-from lakeshore.services import streams as stream_service
 from lakeshore.services.auth import ADMIN as ADMIN_PRINCIPAL
 from lakeshore.services.namespaces import DEFAULT_NAMESPACE, resolve
-from lakeshore.services.notify import Notifier
+from lakeshore.services.taskqueue import streams as stream_service
+from lakeshore.services.taskqueue.notify import Notifier
 from lakeshore.store.engine import Store
 from tests.integration.test_api_workers import claim, hello, submit
 

@@ -14,9 +14,9 @@ from sqlalchemy import insert, text
 
 from lakeshore.api.app import begin_stopping, create_app
 from lakeshore.config import Settings
-from lakeshore.services import reaper
-from lakeshore.services import workers as worker_service
-from lakeshore.services.handoff import Waiting
+from lakeshore.services.taskqueue import reaper
+from lakeshore.services.taskqueue import workers as worker_service
+from lakeshore.services.taskqueue.handoff import Waiting
 from lakeshore.store import invocations as inv_store
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import retired_workers
@@ -536,7 +536,7 @@ async def test_a_claim_whose_caller_hung_up_leases_nothing(
 ) -> None:
     """The hang-up ends the long-poll before anything is leased to a gone caller."""
     from lakeshore.services.auth import ADMIN as ADMIN_PRINCIPAL
-    from lakeshore.services.notify import Hangup, Notifier
+    from lakeshore.services.taskqueue.notify import Hangup, Notifier
 
     worker = await hello(api, ["hangup"])
     gone = Hangup()
@@ -605,7 +605,7 @@ async def test_a_claim_counts_what_its_worker_runs_after_taking_the_workers_row(
     assert len(claimed) == 1
 
 
-# --- a submit handed to a waiting claim (services/handoff.py) -------------------------
+# --- a submit handed to a waiting claim (services/taskqueue/handoff.py) -------------------------
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from lakeshore.config import Settings
 from lakeshore.providers import LaunchRequest
 from lakeshore.providers.fake import FakeProvider
-from lakeshore.services import reaper, retention
+from lakeshore.services.taskqueue import reaper, retention
 from lakeshore.store import controller as ctl_store
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import controller_state, elasticity_events, launches

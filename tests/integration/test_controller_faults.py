@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import update
 
 from lakeshore.config import Settings
-from lakeshore.services import reaper
 from lakeshore.services.fleet.controller import Controller
+from lakeshore.services.taskqueue import reaper
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import queues
 from tests.conftest import FakeClock

@@ -15,7 +15,7 @@ from sqlalchemy import update
 
 from lakeshore.api.app import create_app
 from lakeshore.config import Settings
-from lakeshore.services import reaper
+from lakeshore.services.taskqueue import reaper
 from lakeshore.store.engine import Store
 from lakeshore.store.tables import queues
 from tests.conftest import ADMIN, FakeClock

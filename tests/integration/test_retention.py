@@ -20,7 +20,7 @@ from lakeshore.api.app import create_app
 from lakeshore.api.deps import AppState
 from lakeshore.config import Settings
 from lakeshore.domain.retention import Deleted
-from lakeshore.services import retention
+from lakeshore.services.taskqueue import retention
 from lakeshore.store import retention as retention_store
 from lakeshore.store.leadership import Always, Duty
 from lakeshore.store.tables import elasticity_events, invocations, namespaces, stream_items

@@ -16,8 +16,8 @@ from asgi_lifespan import LifespanManager
 from lakeshore.api.app import create_app
 from lakeshore.api.deps import AppState
 from lakeshore.config import Settings
-from lakeshore.services import reaper
-from lakeshore.services import workers as worker_service
+from lakeshore.services.taskqueue import reaper
+from lakeshore.services.taskqueue import workers as worker_service
 from tests.conftest import ADMIN, FakeClock
 from tests.integration.test_api_crashes import hello as crash_hello
 from tests.integration.test_api_workers import claim, hello, submit

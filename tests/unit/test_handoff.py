@@ -1,10 +1,10 @@
-"""The claims waiting in a server, as a submit finds them (services/handoff.py)."""
+"""The claims waiting in a server, as a submit finds them (services/taskqueue/handoff.py)."""
 
 from __future__ import annotations
 
 from lakeshore.domain import access
-from lakeshore.services.handoff import Waiter, Waiting
-from lakeshore.services.notify import Hangup
+from lakeshore.services.taskqueue.handoff import Waiter, Waiting
+from lakeshore.services.taskqueue.notify import Hangup
 
 
 def waiter(worker: str, gone: bool = False, token: str | None = None) -> Waiter:

@@ -44,16 +44,17 @@ from lakeshore.api.ui import pages as ui_pages
 from lakeshore.api.ui.session import Sessions
 from lakeshore.config import DEFAULT_URL, Settings
 from lakeshore.errors import Conflict
-from lakeshore.services import auth, leading, reaper, retention
+from lakeshore.services import auth, leading
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
-from lakeshore.services import schedules as schedule_service
 from lakeshore.services.fleet import elasticity_loop
 from lakeshore.services.fleet import local_fleet as local_fleet_service
 from lakeshore.services.fleet.controller import Controller
 from lakeshore.services.metrics import Metrics
-from lakeshore.services.notify import Notifier
 from lakeshore.services.overview import Overview
+from lakeshore.services.taskqueue import reaper, retention
+from lakeshore.services.taskqueue import schedules as schedule_service
+from lakeshore.services.taskqueue.notify import Notifier
 from lakeshore.store import dbclock, wakeups
 from lakeshore.store.dbclock import ServerClock
 from lakeshore.store.engine import Store, create_engine_for, parse_url, prepare

@@ -19,12 +19,12 @@ from lakeshore.services import auth
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.fleet.controller import Controller
-from lakeshore.services.handoff import Waiting
-from lakeshore.services.invocations import KnownQueues
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
-from lakeshore.services.notify import Hangup, Notifier
 from lakeshore.services.overview import Overview
+from lakeshore.services.taskqueue.handoff import Waiting
+from lakeshore.services.taskqueue.invocations import KnownQueues
+from lakeshore.services.taskqueue.notify import Hangup, Notifier
 from lakeshore.store.engine import Store
 from lakeshore.store.leadership import Leadership
 

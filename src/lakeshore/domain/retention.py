@@ -11,7 +11,7 @@ written), and goes after ``LAKESHORE_EVENT_RETENTION_S``; no-ops sooner, after
 Deleting is done in batches of at most :data:`BATCH_ROWS` rows, each its own short
 transaction followed by a pause four times as long as it took, so a claim or a submit never waits
 on a long delete, nor on a train of short ones. The rules here are pure
-(``now`` is given); ``lakeshore.services.retention`` runs them.
+(``now`` is given); ``lakeshore.services.taskqueue.retention`` runs them.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ queues (``store.workers.claim_view``, which a claim needs anyway to choose them,
 included) and leases at most the free slots, so it builds the expression without the
 worker's terms; the hand-off, which reads nothing first, with them. What a token may
 claim (``authPolicy``) is decided from the token's scopes, which the database never
-sees: ``services.claims`` and ``services.handoff`` check it before either statement.
+sees: ``services.taskqueue.claims`` and ``services.taskqueue.handoff`` check it before
+either statement.
 
 A queue's ``admission.max_running`` and ``max_running_per_key`` (:class:`Limits`) are
 counts of its running rows, all of them or a key's (:func:`running_in_queue`,

@@ -297,7 +297,7 @@ async def insert_one_at(
     return {**row, **_UNSET} if inserted else None
 
 
-# A submit handed to a claim that waits in this server (services/handoff.py): the row
+# A submit handed to a claim that waits in this server (services/taskqueue/handoff.py): the row
 # goes in leased to that worker when, at the statement's own moment, the worker may
 # take it as a claim would (store/claimable.py's rule, asked of the row about to go in,
 # its columns this statement's parameters: due now, not delayed; the queue dispatching;

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from lakeshore.api.deps import InNamespace, State
-from lakeshore.services import schedules as schedule_service
 from lakeshore.services.fleet import feed
+from lakeshore.services.taskqueue import schedules as schedule_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}", tags=["elasticity"])
 

@@ -21,8 +21,8 @@ from lakeshore.api.deps import (
     submitting_as,
 )
 from lakeshore.errors import InvalidInput
-from lakeshore.services import invocations as inv_service
-from lakeshore.services import streams as stream_service
+from lakeshore.services.taskqueue import invocations as inv_service
+from lakeshore.services.taskqueue import streams as stream_service
 
 router = lean.Router(prefix="/v1/namespaces/{ns}", tags=["invocations"])
 

@@ -10,7 +10,7 @@ from lakeshore.api.deps import InNamespace, State
 from lakeshore.domain.states import TRANSITIONS, Transition
 from lakeshore.errors import UnsupportedMediaType
 from lakeshore.services import queues as queue_service
-from lakeshore.services import schedules as schedule_service
+from lakeshore.services.taskqueue import schedules as schedule_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}/queues", tags=["queues"])
 

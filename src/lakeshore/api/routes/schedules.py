@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Response
 from lakeshore.api.deps import InNamespace, State
 from lakeshore.api.routes.queues import JsonOnly
 from lakeshore.domain import schedules as rules
-from lakeshore.services import schedules as schedule_service
+from lakeshore.services.taskqueue import schedules as schedule_service
 
 router = APIRouter(prefix="/v1/namespaces/{ns}/queues/{queue}/schedules", tags=["schedules"])
 

@@ -14,9 +14,9 @@ from lakeshore.api.deps import Caller, State
 from lakeshore.domain import jsonsafe
 from lakeshore.domain.invocations import Report
 from lakeshore.errors import InvalidInput, PayloadTooLarge
-from lakeshore.services import streams as stream_service
-from lakeshore.services import workers as worker_service
-from lakeshore.services.notify import Hangup
+from lakeshore.services.taskqueue import streams as stream_service
+from lakeshore.services.taskqueue import workers as worker_service
+from lakeshore.services.taskqueue.notify import Hangup
 
 router = lean.Router(prefix="/v1/workers", tags=["workers"])
 

@@ -26,15 +26,15 @@ from lakeshore.api.deps import AppState, app_state
 from lakeshore.api.ui import session
 from lakeshore.api.ui.session import CSRF_FIELD, CSRF_HEADER, LOGIN_COOKIE, SESSION_COOKIE
 from lakeshore.errors import InvalidInput, LakeshoreError, NotFound, TooManyRequests, Unauthorized
-from lakeshore.services import invocations as inv_service
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services import queues as queue_service
-from lakeshore.services import schedules as schedule_service
 from lakeshore.services.auth import Principal
 from lakeshore.services.fleet import daemons as daemon_service
 from lakeshore.services.fleet import feed as feed_service
 from lakeshore.services.fleet import providers as provider_service
 from lakeshore.services.namespaces import Namespace
+from lakeshore.services.taskqueue import invocations as inv_service
+from lakeshore.services.taskqueue import schedules as schedule_service
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import launches as launch_store
 

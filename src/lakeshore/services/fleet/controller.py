@@ -31,7 +31,7 @@ from lakeshore.services.fleet import scalers
 from lakeshore.services.fleet.fleet_ops import FleetOps, Launched, LaunchSpec, Prepared, Retired
 from lakeshore.services.fleet.outcomes import Outcome, as_json, noop_outcomes
 from lakeshore.services.metrics import Metrics
-from lakeshore.services.notify import Notifier
+from lakeshore.services.taskqueue.notify import Notifier
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import launches as launch_store
 from lakeshore.store.engine import Store

@@ -26,8 +26,8 @@ from lakeshore.domain import fleet, tokens
 from lakeshore.domain.ids import new_id
 from lakeshore.domain.queue import DaemonTemplate
 from lakeshore.providers import LaunchRequest, Provider, build
-from lakeshore.services.claims import worker_key
-from lakeshore.services.notify import Notifier
+from lakeshore.services.taskqueue.claims import worker_key
+from lakeshore.services.taskqueue.notify import Notifier
 from lakeshore.store import controller as ctl_store
 from lakeshore.store import launches as launch_store
 from lakeshore.store import namespaces as ns_store

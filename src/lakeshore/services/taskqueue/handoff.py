@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakeshore.domain import access
-from lakeshore.services.notify import Hangup
+from lakeshore.services.taskqueue.notify import Hangup
 
 Claimed = list[dict[str, Any]]
 TURNS = 4  # a waiting claim resumes in one turn of the loop; one still waking, in three

@@ -27,10 +27,10 @@ from lakeshore.domain.names import NAME_RULE, is_valid_name
 from lakeshore.domain.queue import Queue, parse_spec
 from lakeshore.errors import Conflict, InvalidInput, LakeshoreError, NotFound, TooManyRequests
 from lakeshore.services.auth import Principal
-from lakeshore.services.handoff import Waiter, Waiting
 from lakeshore.services.metrics import Metrics
 from lakeshore.services.namespaces import Namespace
-from lakeshore.services.notify import Notifier
+from lakeshore.services.taskqueue.handoff import Waiter, Waiting
+from lakeshore.services.taskqueue.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import queues as queue_store
 from lakeshore.store import rate_buckets, wakeups

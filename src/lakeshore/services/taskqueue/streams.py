@@ -19,11 +19,11 @@ from typing import Any
 
 from lakeshore.domain.invocations import FINAL_STATES
 from lakeshore.errors import Conflict, InvalidInput, NotFound
-from lakeshore.services import invocations as inv_service
 from lakeshore.services.auth import Principal
-from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.namespaces import Namespace
-from lakeshore.services.notify import Notifier, wait_any
+from lakeshore.services.taskqueue import invocations as inv_service
+from lakeshore.services.taskqueue.invocations import stream_key, to_json
+from lakeshore.services.taskqueue.notify import Notifier, wait_any
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import leases as lease_store
 from lakeshore.store import streams as stream_store

@@ -20,13 +20,13 @@ from lakeshore.domain.names import Name
 from lakeshore.domain.queue import parse_spec
 from lakeshore.domain.validation import invalid_input
 from lakeshore.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
-from lakeshore.services import claims
 from lakeshore.services import namespaces as ns_service
 from lakeshore.services.auth import Principal
-from lakeshore.services.handoff import Waiting
-from lakeshore.services.invocations import stream_key, to_json
 from lakeshore.services.metrics import Metrics
-from lakeshore.services.notify import Hangup, Notifier
+from lakeshore.services.taskqueue import claims
+from lakeshore.services.taskqueue.handoff import Waiting
+from lakeshore.services.taskqueue.invocations import stream_key, to_json
+from lakeshore.services.taskqueue.notify import Hangup, Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import launches as launch_store
 from lakeshore.store import leases as lease_store

@@ -34,9 +34,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lakeshore.domain import access
 from lakeshore.errors import Gone, NotFound
-from lakeshore.services.handoff import Waiter, Waiting
-from lakeshore.services.invocations import to_json
-from lakeshore.services.notify import Hangup, Notifier, wait_one
+from lakeshore.services.taskqueue.handoff import Waiter, Waiting
+from lakeshore.services.taskqueue.invocations import to_json
+from lakeshore.services.taskqueue.notify import Hangup, Notifier, wait_one
 from lakeshore.store import claimable
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import workers as worker_store

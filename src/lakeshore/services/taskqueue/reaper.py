@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from lakeshore.services.invocations import stream_key
 from lakeshore.services.metrics import Metrics
-from lakeshore.services.notify import Notifier
+from lakeshore.services.taskqueue.invocations import stream_key
+from lakeshore.services.taskqueue.notify import Notifier
 from lakeshore.store import invocations as inv_store
 from lakeshore.store import leases as lease_store
 from lakeshore.store import wakeups

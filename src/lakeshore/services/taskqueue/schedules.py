@@ -4,7 +4,7 @@ that enqueues their due slots.
 Each slot is enqueued exactly once, with several replicas, a killed leader and a
 restart. Only the server leading the cluster (:mod:`lakeshore.store.leadership`) runs
 :func:`enqueue_due`; it submits each due slot through the ordinary submit
-(:func:`lakeshore.services.invocations.submit_many`) with the idempotency key
+(:func:`lakeshore.services.taskqueue.invocations.submit_many`) with the idempotency key
 ``schedule:<name>:<slot>``, then moves the schedule's last slot past it. A leader
 killed between the two leaves the last slot where it was: the next leader submits the
 same slots again, and each repeated key answers with the invocation the first made,
@@ -28,9 +28,9 @@ from lakeshore import logs
 from lakeshore.domain import schedules as rules
 from lakeshore.domain.ids import new_id
 from lakeshore.errors import Conflict, InvalidInput, LakeshoreError, NotFound
-from lakeshore.services import invocations as submits
 from lakeshore.services.namespaces import Namespace
-from lakeshore.services.notify import Notifier
+from lakeshore.services.taskqueue import invocations as submits
+from lakeshore.services.taskqueue.notify import Notifier
 from lakeshore.store import queues as queue_store
 from lakeshore.store import schedules as schedule_store
 from lakeshore.store.engine import Store
