@@ -28,8 +28,9 @@ import re
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
-from fastapi import Request, Response
+from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute, APIRouter
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import Scope
 
@@ -76,7 +77,10 @@ async def json_body(request: Request) -> Any:
             break
     if content_type != _JSON:
         return UNREAD
-    raw = await request.body()  # kept on the request: the framework reads it from there
+    try:
+        raw = await request.body()  # kept on the request: the framework reads it from there
+    except ClientDisconnect:  # gone mid-body (its 408 was sent): refused as the framework would
+        raise HTTPException(400, "the client went away before its body was read") from None
     if not raw:
         return UNREAD
     try:
