@@ -11,6 +11,7 @@ test stops what it started.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -113,9 +114,32 @@ def handle_of(process: subprocess.Popen[bytes] | asyncio.subprocess.Process) -> 
     return {"pid": process.pid, "started": processes.start_time(process.pid)}
 
 
-def environ_of(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+# Written to a launched Python process's PYTHONPATH: at its start it writes the
+# environment it was given to env-<pid>.json. The process says it itself, so the test does
+# not race the process's start (or its end) reading /proc/<pid>/environ.
+SAYS_ITS_ENVIRONMENT = """\
+import json, os
+with open(f"env-{os.getpid()}.json.part", "w") as out:
+    json.dump(dict(os.environ), out)
+os.replace(f"env-{os.getpid()}.json.part", f"env-{os.getpid()}.json")
+"""
+
+
+def log_of(handle: dict[str, Any]) -> str:
+    return Path(handle["log"]).read_text(errors="replace")
+
+
+async def environment_said(work: Path, handle: dict[str, Any]) -> dict[str, str]:
+    """The environment the daemon behind ``handle`` says it started with (bounded wait);
+    its log is shown if it never says."""
+    said = work / f"env-{handle['pid']}.json"
+    for _ in range(POLLS):
+        if said.exists():
+            found: dict[str, str] = json.loads(said.read_text())
+            return found
+        await asyncio.sleep(0.05)
+    log = log_of(handle)[-2000:]
+    raise AssertionError(f"daemon {handle['pid']} never said its environment; log:\n{log}")
 
 
 # --- setup scripts and the launch's time limits -------------------------------------------
@@ -177,12 +201,13 @@ async def test_the_config_env_reaches_the_setup_scripts_and_the_daemon(
     """``env`` is added to the scripts' and the daemon's environment, beside the launch's
     own URL, namespace and worker token."""
     env = {"LAKESHORE_TEST_MARK": "hello there", "PYTHONPATH": str(tmp_path)}
+    (tmp_path / "sitecustomize.py").write_text(SAYS_ITS_ENVIRONMENT)
     local_provider = provider("env", tmp_path, env=env)
     launch = request(setup_commands=('printf %s "$LAKESHORE_TEST_MARK" > mark.txt',))
     handle = await local_provider.launch(launch)
     stopped_after.append(handle)
     assert (tmp_path / "mark.txt").read_text() == "hello there"
-    daemon_env = environ_of(handle["pid"])
+    daemon_env = await environment_said(tmp_path, handle)
     assert daemon_env["LAKESHORE_TEST_MARK"] == "hello there"
     assert daemon_env["PYTHONPATH"] == str(tmp_path)
     assert daemon_env["LAKESHORE_TOKEN"] == "lks-worker-secret"
@@ -204,12 +229,13 @@ async def test_the_daemon_and_its_scripts_see_none_of_the_servers_secrets(
     for key, value in secrets.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
-    local_provider = provider("secrets", tmp_path)
+    (tmp_path / "sitecustomize.py").write_text(SAYS_ITS_ENVIRONMENT)
+    local_provider = provider("secrets", tmp_path, env={"PYTHONPATH": str(tmp_path)})
     launch = request(setup_commands=("env > script-env.txt",))
     handle = await local_provider.launch(launch)
     stopped_after.append(handle)
     script_env = (tmp_path / "script-env.txt").read_text()
-    daemon_env = environ_of(handle["pid"])
+    daemon_env = await environment_said(tmp_path, handle)
     for key, value in secrets.items():
         assert key not in daemon_env
         assert value not in script_env
