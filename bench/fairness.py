@@ -15,10 +15,22 @@ end) and ``--daemons`` long-polling daemons (``lakeshore daemon run --queue fair
 
 B's wait is from the client's clock just before its submit call to the clock the
 function body reads as it starts (it appends it to a ledger file): submit to start as
-the user sees it, prefetch included. The figures: B's p50 / p95 wait in each run, the
+the user sees it, prefetch included. Each wait is also told in its parts (every clock
+is the machine's own, so they compare): the submit request's round trip (the client's);
+sent → submitted (the client's clock before the call to the server's as the submit
+read it, the invocation's ``created_at``: how long the request waited for the server);
+submitted → leased (``created_at`` to ``started_at``, the clock of the claim that
+leased it: how long the claim took to take it); leased → started (to the body's clock:
+the answer's way back to the daemon and the wait there for a slot). The slowest probes
+of a flood run are listed with their parts. The figures: B's p50 / p95 wait in each run, the
 ratio p95 with A's flood (keys) / p95 alone (target ≤ 1.5), and the drain rate of each
-flood run — every invocation of the run, from A's first submit to the last success
-(queue stats polled every 20 ms) — with keys / without keys (target ≥ 0.9). With
+flood run — A's invocations, from its first submit to the last one's end (its
+``finished_at``, read from the run's database once the run is over: polling the server
+while it drains would slow what is measured) — with keys / without keys (target ≥
+0.9). A's drain alone is timed, not the run's: B's trickle takes ``--probes`` times
+``--every-ms`` (8 s) whatever the drain, and a rate over the whole run would be bound by
+it. B's probes are also told in three parts of the run:
+sent while A's batches went in, while A's flood drained, and after it had. With
 ``--rounds N`` (default 3) the three runs go N times, the two floods' order reversed
 every other round; the ratios are given round by round and as their medians.
 
@@ -40,10 +52,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 from taskqueue import (
     LAKESHORE,
     NS,
@@ -65,11 +79,46 @@ BATCH = 1000
 DONE_TIMEOUT_S = 600.0
 
 
+SLOWEST = 5  # probes of a flood run listed with their parts
+PARTS = ("submit round trip", "sent -> submitted", "submitted -> leased", "leased -> started")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One of B's invocations: its clocks, in seconds since the epoch (one machine)."""
+
+    sent: float  # the client's, before the submit call
+    answered: float  # the client's, once the submit was answered
+    submitted: float  # the server's, as the submit read it (created_at)
+    leased: float  # the server's, as the claim that leased it read it (started_at)
+    began: float  # the function body's, as it started
+
+    @property
+    def wait_ms(self) -> float:
+        return (self.began - self.sent) * 1000
+
+    @property
+    def parts_ms(self) -> tuple[float, float, float, float]:
+        """The wait's parts, in the order of :data:`PARTS`."""
+        return (
+            (self.answered - self.sent) * 1000,
+            (self.submitted - self.sent) * 1000,
+            (self.leased - self.submitted) * 1000,
+            (self.began - self.leased) * 1000,
+        )
+
+
 @dataclass
 class Run:
-    waits_ms: list[float]
-    total: int = 0
-    elapsed_s: float = 0.0
+    probes: list[Probe]
+    total: int = 0  # A's flood
+    elapsed_s: float = 0.0  # from A's first submit until the last of A's had ended
+    started: float = 0.0  # the client's clock (time.time()) as A's flood began
+    flooded_s: float = 0.0  # from then until A's last batch was answered
+
+    @property
+    def waits_ms(self) -> list[float]:
+        return [p.wait_ms for p in self.probes]
 
     @property
     def rate(self) -> float:
@@ -103,25 +152,54 @@ def wait_until(http: httpx.Client, count: int, timeout_s: float) -> float:
     return time.perf_counter()
 
 
+@dataclass(frozen=True)
+class Sent:
+    id: str  # the invocation's
+    sent: float
+    answered: float
+
+
+def flood_ended(db: str, flood: int) -> float:
+    """When the last of A's ``flood`` no-ops ended (seconds since the epoch), read from
+    the run's database once everything has ended."""
+    with psycopg.connect(db) as conn:
+        row = conn.execute(
+            "SELECT count(*), max(finished_at) FROM invocations"
+            " WHERE fn = %s AND state = 'succeeded'",
+            (NOOP,),
+        ).fetchone()
+    if row is None or row[0] != flood or row[1] is None:
+        raise BenchError(f"not {flood} of A's succeeded: {row}")
+    ended: datetime = row[1]
+    return ended.timestamp()
+
+
 def trickle(
     http: httpx.Client, ledger: Path, probes: int, every_s: float, key: str | None
-) -> dict[str, float]:
-    """B's submits, one every ``every_s``: tag -> the client's clock before each."""
-    sent: dict[str, float] = {}
+) -> dict[str, Sent]:
+    """B's submits, one every ``every_s``: tag -> its id and the client's clocks."""
+    sent: dict[str, Sent] = {}
     next_at = time.monotonic()
     for n in range(probes):
         tag = f"b{n}"
         body: dict[str, Any] = {"fn": STAMP, "args": [str(ledger), tag]}
         if key is not None:
             body["concurrency_key"] = key
-        sent[tag] = time.time()
-        check(http.post(f"{NS}/queues/{QUEUE}/invocations", json=body), 201)
+        before = time.time()
+        created = check(http.post(f"{NS}/queues/{QUEUE}/invocations", json=body), 201)
+        sent[tag] = Sent(created["id"], before, time.time())
         next_at += every_s
         time.sleep(max(0.0, next_at - time.monotonic()))
     return sent
 
 
-def waits(ledger: Path, sent: dict[str, float]) -> list[float]:
+def _epoch(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def probes(http: httpx.Client, ledger: Path, sent: dict[str, Sent]) -> list[Probe]:
+    """Each probe's clocks: the client's, its record's (``created_at``, ``started_at``),
+    and its body's (the ledger)."""
     began: dict[str, float] = {}
     for line in ledger.read_text().splitlines():
         tag, at = line.split()
@@ -129,7 +207,12 @@ def waits(ledger: Path, sent: dict[str, float]) -> list[float]:
     missing = set(sent) - set(began)
     if missing:
         raise BenchError(f"{len(missing)} probes never started")
-    return [(began[tag] - at) * 1000 for tag, at in sent.items()]
+    found: list[Probe] = []
+    for tag, s in sent.items():
+        record = check(http.get(f"{NS}/invocations/{s.id}"), 200)
+        submitted, leased = _epoch(record["created_at"]), _epoch(record["started_at"])
+        found.append(Probe(s.sent, s.answered, submitted, leased, began[tag]))
+    return found
 
 
 def one_run(opts: argparse.Namespace, *, flood: bool, keyed: bool) -> Run:
@@ -147,10 +230,13 @@ def one_run(opts: argparse.Namespace, *, flood: bool, keyed: bool) -> Run:
                     for n in range(opts.daemons)
                 ]
                 try:
-                    return _measure(http, url, token, ledger, opts, flood=flood, keyed=keyed)
+                    run = _measure(http, url, token, ledger, opts, flood=flood, keyed=keyed)
                 finally:
                     for daemon in daemons:
                         stop(daemon)
+            if flood:
+                run.elapsed_s = flood_ended(db, opts.flood) - run.started
+            return run
 
 
 def _measure(
@@ -170,7 +256,7 @@ def _measure(
     wait_until(http, opts.daemons * 2, 60)
     time.sleep(0.5)  # the daemons back to long-polling
     before = succeeded(http)
-    sent: dict[str, float] = {}
+    sent: dict[str, Sent] = {}
     b_key = "b" if keyed else None
 
     def b_side() -> None:
@@ -178,8 +264,8 @@ def _measure(
             sent.update(trickle(own, ledger, opts.probes, opts.every_ms / 1000, b_key))
 
     started = time.perf_counter()
+    started_at = time.time()
     b = threading.Thread(target=b_side)
-    total = opts.probes
     if flood:
         item: dict[str, Any] = {"fn": NOOP}
         if keyed:
@@ -191,12 +277,60 @@ def _measure(
         for at in range(BATCH, opts.flood, BATCH):
             items = [item] * min(BATCH, opts.flood - at)
             check(http.post(path, json={"invocations": items}), 201)
-        total += opts.flood
     else:
         b.start()
+    flooded_s = time.perf_counter() - started
     b.join()
-    done = wait_until(http, before + total, DONE_TIMEOUT_S)
-    return Run(waits(ledger, sent), total, done - started)
+    wait_until(http, before + opts.probes + (opts.flood if flood else 0), DONE_TIMEOUT_S)
+    found = probes(http, ledger, sent)
+    return Run(found, opts.flood if flood else 0, 0.0, started_at, flooded_s)
+
+
+def report(label: str, run: Run, *, flood: bool) -> None:
+    """A run's B waits and their parts (p50 / p95 each); a flood run's slowest probes."""
+    p50, p95 = percentile(run.waits_ms, 50), percentile(run.waits_ms, 95)
+    rate = f", drain {run.rate:,.0f} inv/s" if flood else ""
+    print(f"  {label}: B wait p50 {p50:.1f} ms, p95 {p95:.1f} ms{rate}")
+    _parts(run.probes)
+    if not flood:
+        return
+
+    # while A's batches go in, the server that takes B's submit and the daemons' claims
+    # also takes 1,000-row submits; after, only the drain is going on
+    def sent_s(p: Probe) -> float:
+        return p.sent - run.started
+
+    phases = (
+        ("while A's batches went in", [p for p in run.probes if sent_s(p) < run.flooded_s]),
+        (
+            "while A's flood drained",
+            [p for p in run.probes if run.flooded_s <= sent_s(p) < run.elapsed_s],
+        ),
+        ("after A's flood", [p for p in run.probes if sent_s(p) >= run.elapsed_s]),
+    )
+    for name, some in phases:
+        if some:
+            waits = [p.wait_ms for p in some]
+            p50, p95 = percentile(waits, 50), percentile(waits, 95)
+            print(f"    {len(some)} probes sent {name}: wait p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+            _parts(some)
+    print(
+        f"    A's flood submitted in {run.flooded_s * 1000:,.0f} ms,"
+        f" drained in {run.elapsed_s * 1000:,.0f} ms; the slowest probes:"
+    )
+    for p in sorted(run.probes, key=lambda p: p.wait_ms, reverse=True)[:SLOWEST]:
+        parts = " + ".join(f"{v:.1f}" for v in p.parts_ms[1:])
+        at = (p.sent - run.started) * 1000
+        print(
+            f"      {p.wait_ms:7.1f} ms = {parts} (submit trip {p.parts_ms[0]:.1f} ms)"
+            f", sent at {at:,.0f} ms"
+        )
+
+
+def _parts(some: list[Probe]) -> None:
+    for name, values in zip(PARTS, zip(*(p.parts_ms for p in some), strict=True), strict=True):
+        p50, p95 = percentile(list(values), 50), percentile(list(values), 95)
+        print(f"      {name:<20} p50 {p50:8.1f} ms, p95 {p95:8.1f} ms")
 
 
 def main() -> int:
@@ -229,9 +363,7 @@ def main() -> int:
             flood, keyed = setups[label]
             run = one_run(opts, flood=flood, keyed=keyed)
             runs[label].append(run)
-            p50, p95 = percentile(run.waits_ms, 50), percentile(run.waits_ms, 95)
-            rate = f", drain {run.rate:,.0f} inv/s" if flood else ""
-            print(f"  round {n + 1}, {label}: B wait p50 {p50:.1f} ms, p95 {p95:.1f} ms{rate}")
+            report(f"round {n + 1}, {label}", run, flood=flood)
     alone, keyed_runs, plain = (runs[label] for label in labels)
     p95s = [percentile(r.waits_ms, 95) for r in alone]
     ratios = [percentile(k.waits_ms, 95) / p for k, p in zip(keyed_runs, p95s, strict=True)]
