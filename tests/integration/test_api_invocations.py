@@ -270,14 +270,14 @@ async def test_a_single_submit_to_a_known_queue_is_one_statement_that_sees_every
     change of the queue (its authPolicy, admission, state) is seen by the next submit,
     which then goes the full way and answers with the current spec's reason."""
     taken: list[bool] = []
-    real = inv_store.insert_one_at
+    real = inv_store.insert_at
 
     async def spy(*args: Any) -> Any:
         stored = await real(*args)
         taken.append(stored is not None)
         return stored
 
-    monkeypatch.setattr(inv_store, "insert_one_at", spy)
+    monkeypatch.setattr(inv_store, "insert_at", spy)
     issued = await api.post(f"{NS}/tokens", json={"name": "ci"})
     ci = {"Authorization": f"Bearer {issued.json()['token']}"}
     first = await api.post(inv("known"), json={"fn": "m:f"}, headers=ci)  # reads the queue
@@ -304,6 +304,56 @@ async def test_a_single_submit_to_a_known_queue_is_one_statement_that_sees_every
     assert (await api.post(inv("known"), json={"fn": "m:f"})).status_code == 409
     stats = (await api.get(f"{NS}/queues/known/stats")).json()
     assert stats["pending"] == 3
+
+
+async def test_a_batch_to_a_known_queue_is_one_statement_unless_keys_or_delays_need_more(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch without keys whose submits fall due together goes in as one statement on
+    the copy of its queue an earlier submit read, in order, answered as the full path
+    answers; a batch with a key, or submits due at different times, goes the full way
+    (a taken key is read back there); a changed queue is seen by the next batch."""
+    taken: list[int] = []
+    real = inv_store.insert_at
+
+    async def spy(*args: Any) -> Any:
+        stored = await real(*args)
+        taken.append(0 if stored is None else len(stored))
+        return stored
+
+    monkeypatch.setattr(inv_store, "insert_at", spy)
+    batch = f"{inv('lot')}/batch"
+    items = [{"fn": "m:f", "args": [n]} for n in range(3)]
+    first = await api.post(batch, json={"invocations": items})  # reads the queue
+    second = await api.post(batch, json={"invocations": items})
+    assert (first.status_code, second.status_code, taken) == (201, 201, [3])
+    ids = [invocation["id"] for invocation in second.json()["invocations"]]
+    read = [(await api.get(f"{NS}/invocations/{i}")).json() for i in ids]
+    assert [(r["args"], r["state"]) for r in read] == [([n], "pending") for n in range(3)]
+    assert second.json()["invocations"] == read
+    only_ids = await api.post(f"{batch}?answer=ids", json={"invocations": items})
+    assert only_ids.json()["invocations"] == [
+        {"id": i["id"]} for i in only_ids.json()["invocations"]
+    ]
+    assert taken == [3, 3]
+
+    keyed = [{**items[0], "key": "k"}, items[1]]
+    made = await api.post(batch, json={"invocations": keyed})
+    again = await api.post(batch, json={"invocations": keyed})
+    assert (made.status_code, again.status_code) == (201, 201)
+    held = [i["id"] for i in made.json()["invocations"]]
+    assert again.json()["invocations"][0]["id"] == held[0]  # the key's holder, read back
+    assert again.json()["invocations"][1]["id"] not in held
+    delayed = [{**items[0], "delay_s": 60}, items[1]]
+    assert (await api.post(batch, json={"invocations": delayed})).status_code == 201
+    assert taken == [3, 3]  # neither went in as one statement
+
+    await api.post(batch, json={"invocations": items})
+    assert taken == [3, 3, 3]
+    patched = await api.patch(f"{NS}/queues/lot", json={"admission": {"max_depth": 1}})
+    assert patched.status_code == 200, patched.text
+    assert (await api.post(batch, json={"invocations": items})).status_code == 429
+    assert taken == [3, 3, 3, 0]  # the stale copy put nothing in; the full path refused
 
 
 async def test_every_single_submit_goes_through_the_route_and_answers_what_a_read_returns(
@@ -375,7 +425,7 @@ async def test_a_store_that_fails_under_a_one_statement_submit_is_a_503(
     async def down(*_: Any) -> Any:
         raise OperationalError("INSERT", {}, Exception("server closed the connection"))
 
-    monkeypatch.setattr(inv_store, "insert_one_at", down)
+    monkeypatch.setattr(inv_store, "insert_at", down)
     answer = await api.post(inv("warm"), json={"fn": "m:f"})
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"]["code"] == "store_unavailable"
@@ -428,7 +478,7 @@ async def _an_unexpected_error_is_a_counted_500(
     async def broken(*_: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(inv_store, "insert_one_at", broken)
+    monkeypatch.setattr(inv_store, "insert_at", broken)
     answer = await api.post(inv("warm"), json={"fn": "m:f"})
     assert answer.status_code == 500, answer.text
     assert answer.json()["error"] == {

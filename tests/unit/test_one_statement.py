@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from lakeshore.store import invocations as inv_store
 from lakeshore.store.statements import OneStatement, Parameters
 
@@ -45,11 +47,21 @@ def _row(**changes: Any) -> dict[str, Any]:
 
 async def test_a_submit_is_one_statement_of_whatever_statements_it_is_given() -> None:
     went_in = FakeStatements([("inv_1",)])
-    stored = await inv_store.insert_one_at(went_in, _row(), 7)
-    assert stored is not None and stored["id"] == "inv_1" and stored["worker_id"] is None
+    stored = await inv_store.insert_at(went_in, [_row()], 7)
+    assert stored is not None and stored[0]["id"] == "inv_1" and stored[0]["worker_id"] is None
     [(statement, given)] = went_in.asked
-    assert statement.name == "submit" and given == {"row": _row(), "revision": 7}
-    assert await inv_store.insert_one_at(FakeStatements([]), _row(), 7) is None
+    assert statement.name == "submit" and given == {"rows": [_row()], "revision": 7}
+    assert await inv_store.insert_at(FakeStatements([]), [_row()], 7) is None
+
+
+async def test_a_batch_without_keys_is_one_statement_too_and_one_with_keys_is_not() -> None:
+    rows = [_row(id="inv_1"), _row(id="inv_2")]
+    went_in = FakeStatements([("inv_1",), ("inv_2",)])
+    stored = await inv_store.insert_at(went_in, rows, 7)
+    assert stored is not None and [row["id"] for row in stored] == ["inv_1", "inv_2"]
+    keyed = [_row(id="inv_1", key="a"), _row(id="inv_2")]
+    with pytest.raises(ValueError, match="keys"):
+        await inv_store.insert_at(FakeStatements([]), keyed, 7)
 
 
 async def test_a_handed_submit_is_leased_when_the_statement_says_running() -> None:
@@ -68,7 +80,7 @@ async def test_a_handed_submit_is_leased_when_the_statement_says_running() -> No
 def test_each_store_makes_its_own_parameters_of_the_same_values() -> None:
     """PostgreSQL adds each row's offset to the first row's time and notifies; SQLite
     reads each row's time as its column keeps it (fixed-width text)."""
-    given: Parameters = {"row": _row(), "revision": 7}
+    given: Parameters = {"rows": [_row()], "revision": 7}
     submit = inv_store._SUBMIT
     assert submit.for_postgresql is not None and submit.for_sqlite is not None
     pg, lite = submit.for_postgresql(given), submit.for_sqlite(given)

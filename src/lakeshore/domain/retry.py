@@ -122,9 +122,14 @@ DEFAULT: Final = RetryPolicy()
 def stored(policy: RetryPolicy) -> dict[str, Any] | None:
     """What an invocation stores of its policy beside its ``max_attempts`` column:
     nothing when the rest is the default (most submits)."""
-    if replace(policy, max_attempts=DEFAULT.max_attempts) == DEFAULT:
+    if policy is DEFAULT or _beside_attempts(policy) == _beside_attempts(DEFAULT):
         return None
     return policy.to_json()
+
+
+def _beside_attempts(policy: RetryPolicy) -> tuple[Any, ...]:
+    """Every field of ``policy`` but ``max_attempts`` (kept in a column of its own)."""
+    return (policy.backoff, policy.base_s, policy.max_s, policy.jitter, policy.never, policy.only)
 
 
 def shown(stored_policy: Mapping[str, Any] | None, max_attempts: int) -> dict[str, Any]:

@@ -101,6 +101,7 @@ _UNSET = {
 }
 _JSON_COLUMNS = ("args", "kwargs", "retry")
 _SHARED_OF = operator.itemgetter(*SHARED)  # a row's shared columns, as one tuple
+_OWN_OF = operator.itemgetter(*OWN)  # and its own
 # the conflict target of a key: the unique index holds only rows with one (0007), and
 # both stores match a partial index only when its predicate is named
 ON_KEY = "(queue_id, key) WHERE key IS NOT NULL"
@@ -197,9 +198,13 @@ def _parameters(rows: Sequence[dict[str, Any]], stamp: Stamp | None) -> dict[str
     base = first["created_at"]
     items, parameters = [], {**shared, "created_at": base}
     for row in rows:
-        item = {name: row[name] for name in OWN}
-        for name in _JSON_COLUMNS:
-            item[name] = _json_or_null(item[name])
+        item = dict(zip(OWN, _OWN_OF(row), strict=True))
+        # args are a list and kwargs a dict (mostly empty), a retry policy mostly None
+        args, kwargs, retry = item["args"], item["kwargs"], item["retry"]
+        item["args"] = json_text(args) if args else "[]"
+        item["kwargs"] = json_text(kwargs) if kwargs else "{}"
+        if retry is not None:
+            item["retry"] = json_text(retry)
         if stamp is None:
             item["us"] = (row["created_at"] - base) // _MICROSECOND
         else:
@@ -212,9 +217,9 @@ def _parameters(rows: Sequence[dict[str, Any]], stamp: Stamp | None) -> dict[str
     return {**parameters, "rows": orjson.dumps(items).decode()}
 
 
-def _one_row(stamp: Stamp | None, given: Parameters) -> Parameters:
-    """:data:`_SUBMIT`'s parameters, from ``row`` and ``revision``."""
-    return {**_parameters([given["row"]], stamp), "revision": given["revision"]}
+def _rows_at(stamp: Stamp | None, given: Parameters) -> Parameters:
+    """:data:`_SUBMIT`'s parameters, from ``rows`` and ``revision``."""
+    return {**_parameters(given["rows"], stamp), "revision": given["revision"]}
 
 
 # a submit decided on a copy of its queue: one statement, its own transaction
@@ -222,8 +227,8 @@ _SUBMIT = OneStatement(
     "submit",
     postgresql=_INSERT_GUARDED["postgresql"],
     sqlite=_INSERT_GUARDED["sqlite"],
-    for_postgresql=partial(_one_row, None),
-    for_sqlite=partial(_one_row, _sqlite_stamp(sqlite_dialect())),
+    for_postgresql=partial(_rows_at, None),
+    for_sqlite=partial(_rows_at, _sqlite_stamp(sqlite_dialect())),
 )
 
 
@@ -285,16 +290,22 @@ async def _insert_by_due_time(
     return [stored[row["id"]] for row in rows]
 
 
-async def insert_one_at(
-    conn: Statements, row: dict[str, Any], revision: int
-) -> dict[str, Any] | None:
-    """Insert ``row`` (as :func:`insert_many` takes it) only while its queue's row is at
-    ``revision``, with its wake-up; one statement. Returns the stored row, or ``None``
-    when nothing went in: the queue moved on (or is gone), or ``row``'s key is taken.
-    What a submit decided from a copy of the queue holds only while the queue is still
-    that copy; the caller then takes the full path, which reads the queue."""
-    inserted = await conn.fetch(_SUBMIT, {"row": row, "revision": revision})
-    return {**row, **_UNSET} if inserted else None
+async def insert_at(
+    conn: Statements, rows: Sequence[dict[str, Any]], revision: int
+) -> list[dict[str, Any]] | None:
+    """Insert ``rows`` (as :func:`insert_many` takes them, falling due together; a key
+    on one row at most) only while their queue's row is at ``revision``, with its
+    wake-up; one statement. Returns the stored rows, or ``None`` when nothing went in:
+    the queue moved on (or is gone), or the one row's key is taken. What a submit
+    decided from a copy of the queue holds only while the queue is still that copy;
+    the caller then takes the full path, which reads the queue."""
+    if len(rows) > 1 and any(row["key"] is not None for row in rows):
+        raise ValueError("a batch with keys goes the full way (a key taken is read back)")
+    inserted = await conn.fetch(_SUBMIT, {"rows": rows, "revision": revision})
+    if not inserted:
+        return None
+    assert len(inserted) == len(rows), "rows without keys go in together or not at all"
+    return [{**row, **_UNSET} for row in rows]
 
 
 # A submit handed to a claim that waits in this server (services/taskqueue/handoff.py): the row
@@ -421,7 +432,7 @@ async def insert_one_handed(
     holds: int,
     lease_s: float,
 ) -> dict[str, Any] | None:
-    """:func:`insert_one_at`, leasing the row to ``worker_id`` (which may hold ``holds``
+    """:func:`insert_at` of one row, leasing it to ``worker_id`` (which may hold ``holds``
     at once) for ``lease_s`` when it may take it now (see above), pending otherwise:
     the stored row, or ``None`` when nothing went in."""
     now: datetime = row["created_at"]

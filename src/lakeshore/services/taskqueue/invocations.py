@@ -112,13 +112,16 @@ async def _submit_to_known(
     known: KnownQueues,
     ns: Namespace,
     queue_name: str,
-    submit: Submit,
+    submits: Sequence[Submit],
+    places: Sequence[str],
     now: datetime,
     caller: Principal | None,
     waiting: Waiting | None = None,
-) -> tuple[dict[str, Any], bool] | None:
-    """One submit in one statement, decided on the copy of its queue that an earlier
-    submit read: ``None`` when that copy cannot decide it, and the full path must.
+    *,
+    ids_only: bool = False,
+) -> list[tuple[dict[str, Any], bool]] | None:
+    """Submits in one statement, decided on the copy of their queue that an earlier
+    submit read: ``None`` when that copy cannot decide them, and the full path must.
 
     The full path costs five round trips on PostgreSQL (begin, read and lock the queue,
     insert, commit, besides the key check); this one, one: an insert that goes in only
@@ -127,15 +130,69 @@ async def _submit_to_known(
     it, or it sees the change and inserts nothing. It takes only the submits whose
     outcome the copy settles without a count: an active or paused queue with no
     ``max_depth`` or ``rate_limit``, a caller its ``authPolicy`` admits, a priority it
-    can place (no ``rate_limit_per_key`` either). Anything else, a refusal included,
-    goes the full way, which reads the
-    queue afresh and answers with the current spec's reason. ``waiting``: the claims
-    waiting in this server, the longest-waiting of which on this queue, if any, is
-    handed the invocation when its worker may take it (:mod:`.handoff`)."""
+    can place (no ``rate_limit_per_key`` either); of a batch, only one without keys
+    whose submits fall due together (a key taken is read back by the full path).
+    Anything else, a refusal included, goes the full way, which reads the queue afresh
+    and answers with the current spec's reason. ``waiting``: the claims waiting in this
+    server, the longest-waiting of which on this queue, if any, is handed a single
+    submit's invocation when its worker may take it (:mod:`.handoff`)."""
     entry = known.get((ns.id, queue_name))
     if entry is None:
         return None
     queue, revision = entry
+    if not _copy_decides(queue, submits):
+        return None
+    try:
+        if caller is not None:
+            caller.require_access(queue.spec.auth_policy, "submit", queue.name)
+        rows = _rows(ns, queue, submits, now, places)
+    except LakeshoreError:
+        return None
+    waiter = None
+    if waiting is not None and queue.state == "active" and len(rows) == 1:
+        waiter = waiting.take(queue.id, queue.name, queue.spec.auth_policy)
+    stored: list[dict[str, Any]] | None = None
+    answer = None
+    try:
+        stored = await _insert_at(store, rows, revision, waiter)
+        if stored is not None and len(stored) == 1:
+            answer = to_json(stored[0])
+    finally:
+        if waiter is not None:
+            given = answer is not None and answer["state"] == "running"
+            Waiting.settle(waiter, [answer] if answer is not None and given else [])
+    if stored is None:  # the queue moved on, or the key is taken
+        known.pop((ns.id, queue_name), None)
+        return None
+    if answer is None:  # a batch, pending
+        notifier.notify([queue.id])
+        return _answers(rows, stored, ids_only=ids_only)
+    await _announce(notifier, queue.id, answer, waiter)
+    return [(answer, True)]
+
+
+async def _insert_at(
+    store: Store, rows: list[dict[str, Any]], revision: int, waiter: Waiter | None
+) -> list[dict[str, Any]] | None:
+    """``rows`` in one statement while their queue is at ``revision``; the one row
+    leased to ``waiter``'s worker when it may take it now."""
+    async with store.statement() as conn:
+        if waiter is None:
+            return await inv_store.insert_at(conn, rows, revision)
+        handed = await inv_store.insert_one_handed(
+            conn,
+            rows[0],
+            revision,
+            worker_id=waiter.worker_id,
+            holds=waiter.holds,
+            lease_s=waiter.lease_s,
+        )
+    return None if handed is None else [handed]
+
+
+def _copy_decides(queue: Queue, submits: Sequence[Submit]) -> bool:
+    """Whether a copy of ``queue`` settles ``submits`` without a count or a read-back
+    (:func:`_submit_to_known`)."""
     limits = queue.spec.admission
     if queue.state in ("draining", "archived") or (
         limits is not None
@@ -145,40 +202,10 @@ async def _submit_to_known(
             or limits.rate_limit_per_key is not None
         )
     ):
-        return None
-    try:
-        if caller is not None:
-            caller.require_access(queue.spec.auth_policy, "submit", queue.name)
-        [row] = _rows(ns, queue, [submit], now, [""])
-    except LakeshoreError:
-        return None
-    waiter = None
-    if waiting is not None and queue.state == "active":
-        waiter = waiting.take(queue.id, queue.name, queue.spec.auth_policy)
-    stored = answer = None
-    try:
-        async with store.statement() as conn:
-            if waiter is None:
-                stored = await inv_store.insert_one_at(conn, row, revision)
-            else:
-                stored = await inv_store.insert_one_handed(
-                    conn,
-                    row,
-                    revision,
-                    worker_id=waiter.worker_id,
-                    holds=waiter.holds,
-                    lease_s=waiter.lease_s,
-                )
-        answer = None if stored is None else to_json(stored)
-    finally:
-        if waiter is not None:
-            handed = answer is not None and answer["state"] == "running"
-            Waiting.settle(waiter, [answer] if answer is not None and handed else [])
-    if answer is None:  # the queue moved on, or the key is taken
-        known.pop((ns.id, queue_name), None)
-        return None
-    await _announce(notifier, queue.id, answer, waiter)
-    return answer, True
+        return False
+    return len(submits) == 1 or not any(
+        s.key is not None or s.delay_s is not None or s.not_before is not None for s in submits
+    )
 
 
 async def _announce(
@@ -202,9 +229,13 @@ def _rows(
     ids = new_ids("inv", len(submits))
     rows = []
     queue_retry = queue.spec.retry
+    # the last policy and its stored form: a batch's submits mostly share one
+    last: tuple[retries.RetryPolicy, dict[str, Any] | None] = (retries.DEFAULT, None)
     for position, (submit, where) in enumerate(zip(submits, places, strict=True)):
         kwargs = submit.kwargs
         policy = retry_policy(submit, queue_retry)
+        if policy is not last[0] and policy != last[0]:
+            last = (policy, retries.stored(policy))
         rows.append(
             {
                 "id": ids[position],
@@ -222,7 +253,7 @@ def _rows(
                 "state": "pending",
                 "attempts": 0,
                 "max_attempts": policy.max_attempts,
-                "retry": retries.stored(policy),
+                "retry": last[1],
                 "concurrency_key": submit.concurrency_key,
                 "timeout_s": submit.timeout_s,
                 # a delayed submit's due time (claimable from then on), else now
@@ -333,12 +364,22 @@ async def submit_many(
     submits = parse_submits(bodies, places)
     if max_payload_bytes is not None:
         _check_sizes(submits, max_payload_bytes)
-    if known is not None and len(submits) == 1:
-        answer = await _submit_to_known(
-            store, notifier, known, ns, queue_name, submits[0], now, caller, waiting
+    if known is not None:
+        answers = await _submit_to_known(
+            store,
+            notifier,
+            known,
+            ns,
+            queue_name,
+            submits,
+            places,
+            now,
+            caller,
+            waiting,
+            ids_only=ids_only,
         )
-        if answer is not None:
-            return [answer]
+        if answers is not None:
+            return answers
     queue, revision, rows, stored = await _submit_reading_queue(
         store, ns, queue_name, submits, places, now, block_s=block_s, caller=caller
     )
