@@ -401,9 +401,12 @@ def batches(
         if kwargs_list is None
         else zip(args_list, kwargs_list, strict=True)
     )
+    # the options are the same for every call: made into a body once, each call's
+    # arguments set on a copy of it
+    template = submit_body(fn, (), None, **options)
     batch: list[dict[str, Any]] = []
     for args, kwargs in calls:
-        batch.append(submit_body(fn, args, kwargs, **options))
+        batch.append({**template, "args": list(args), "kwargs": kwargs or {}})
         if len(batch) == BATCH_MAX:
             yield batch
             batch = []
