@@ -5,14 +5,16 @@ say hello to one empty queue, then each burst sends one ``POST /v1/workers/{id}/
 per worker at once (``timeout_s`` ``--wait-s``, each on a connection of its own, as
 daemons do), all of which wait for work that never comes and are answered empty; the
 connections are then closed. The server's RSS (psutil) is read before the first burst,
-at its peak (sampled every 20 ms) and ``--settle-s`` after each burst.
+at its peak (sampled every 20 ms) and ``--settle-s`` after each burst, and the CPU time
+the server spent on each burst (user + system, from the burst's start to the end of its
+settle: the claims and whatever the server does once they end).
 
 Usage (from the repository root)::
 
     .venv/bin/python bench/longpoll_memory.py [--only sqlite|postgresql] [--workers 500]
-        [--bursts 3] [--wait-s 2] [--settle-s 5] [--env NAME=VALUE ...]
+        [--bursts 3] [--wait-s 2] [--settle-s 5] [--env NAME=VALUE ...] [--log-level debug]
 
-``--env`` sets a variable of the server's environment (``MALLOC_ARENA_MAX=2``, …).
+``--env`` sets a variable of the server's environment (``PYTHONMALLOC=malloc``, …).
 """
 
 from __future__ import annotations
@@ -62,10 +64,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(db: str, workdir: Path, env: dict[str, str]) -> Iterator[tuple[str, str, int]]:
+def server(
+    db: str, workdir: Path, env: dict[str, str], log_level: str = "warning"
+) -> Iterator[tuple[str, str, int]]:
     port = free_port()
     args = [str(LAKESHORE), "server", "--host", "127.0.0.1", "--port", str(port)]
-    args += ["--db", db, "--data-dir", str(workdir / "data"), "--log-level", "warning"]
+    args += ["--db", db, "--data-dir", str(workdir / "data"), "--log-level", log_level]
     log = (workdir / "server.log").open("ab")
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -105,6 +109,18 @@ class Peak:
             self.rss = max(self.rss, self.process.memory_info().rss)
 
 
+def new_lines(path: Path, logger: str, seen: dict[Path, int] = {}) -> list[str]:  # noqa: B006
+    """The lines of the server's log from ``logger`` written since the last call."""
+    text = path.read_text(errors="replace")
+    start, seen[path] = seen.get(path, 0), len(text)
+    return [line for line in text[start:].splitlines() if logger in line]
+
+
+def cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
 async def burst(url: str, token: str, workers: list[str], wait_s: float) -> int:
     """One claim per worker at once, each on its own connection; how many were answered."""
     limits = httpx.Limits(max_connections=len(workers) + 10, max_keepalive_connections=0)
@@ -126,7 +142,7 @@ async def measure(backend: str, opts: argparse.Namespace) -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         database(backend, Path(tmp)) as db,
-        server(db, Path(tmp), env) as (url, token, pid),
+        server(db, Path(tmp), env, opts.log_level) as (url, token, pid),
     ):
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http:
@@ -144,14 +160,19 @@ async def measure(backend: str, opts: argparse.Namespace) -> None:
         before = process.memory_info().rss
         print(f"{backend}: {opts.workers} workers, RSS before {before / MB:.1f} MB", flush=True)
         for n in range(1, opts.bursts + 1):
+            cpu = cpu_s(process)
             with Peak(pid) as peak:
                 answered = await burst(url, token, workers, opts.wait_s)
             await asyncio.sleep(opts.settle_s)
             after = process.memory_info().rss
+            spent = cpu_s(process) - cpu
+            for line in new_lines(Path(tmp) / "server.log", "lakeshore.memory"):
+                print(f"  | {line}", flush=True)
             print(
                 f"  burst {n}: {answered} answered; peak {peak.rss / MB:.1f} MB "
                 f"(+{(peak.rss - before) / MB:.1f}), {opts.settle_s:.0f} s after "
-                f"{after / MB:.1f} MB (+{(after - before) / MB:.1f})",
+                f"{after / MB:.1f} MB (+{(after - before) / MB:.1f}); server CPU "
+                f"{spent:.2f} s ({spent / len(workers) * 1e3:.2f} ms a claim)",
                 flush=True,
             )
 
@@ -167,6 +188,11 @@ def main() -> None:
         "--warm", type=int, default=0, metavar="N", help="a burst of N claims first, not measured"
     )
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        help="the server's; at debug, its memory releases are shown after each burst",
+    )
     opts = parser.parse_args()
     for backend in [opts.only] if opts.only else ["sqlite", "postgresql"]:
         asyncio.run(measure(backend, opts))
