@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 from fastapi import Body, Request, Response
@@ -16,9 +15,11 @@ from lakeshore.domain.invocations import Report
 from lakeshore.errors import InvalidInput, PayloadTooLarge
 from lakeshore.services.taskqueue import streams as stream_service
 from lakeshore.services.taskqueue import workers as worker_service
-from lakeshore.services.taskqueue.notify import Hangup
+from lakeshore.services.taskqueue.notify import AfterBursts, Hangup, HangupWatch
 
 router = lean.Router(prefix="/v1/workers", tags=["workers"])
+# the memory a burst of claims held goes back to the system once the burst has ended
+after_bursts = AfterBursts()
 
 
 class ClaimIn(BaseModel):
@@ -47,13 +48,6 @@ async def hello(state: State, caller: Caller, body: Annotated[Any, Body()]) -> d
     )
 
 
-async def _watch_hangup(request: Request, gone: Hangup) -> None:
-    """Set ``gone`` when the client disconnects (the body has been read already)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    gone.set()
-
-
 @router.post(
     "/{worker_id}/claim",
     summary="Long-poll for invocations (at most 20 s)",
@@ -68,13 +62,15 @@ async def claim(
     (0 when it already may, e.g. another worker took it first; more when a retry waits
     out its backoff), or null when they hold no pending work."""
     wanted = body or ClaimIn()
-    # set on the client's hang-up (one task) or as the server begins to stop (it sets
-    # every claim's in ``state.hangups``): a waiting claim then answers at once, empty
+    # set on the client's hang-up (watched without a task of its own) or as the server
+    # begins to stop (it sets every claim's in ``state.hangups``): a waiting claim then
+    # answers at once, empty
     gone = Hangup()
     if state.stopping.is_set():
         gone.set()
     state.hangups.add(gone)
-    watcher = asyncio.create_task(_watch_hangup(request, gone))
+    after_bursts.count(len(state.hangups))
+    watcher = HangupWatch(request.receive, gone)
     try:
         claimed = await worker_service.claim(
             state.store,
@@ -91,8 +87,9 @@ async def claim(
             waiting=state.waiting,
         )
     finally:
-        watcher.cancel()
+        watcher.close()
         state.hangups.discard(gone)
+        after_bursts.count(len(state.hangups))
     if claimed:
         return json_answer({"invocations": claimed})
     # nothing now: when pending work will be claimable (a retry's backoff), or null
