@@ -143,15 +143,20 @@ def _contents(conn: Connection) -> dict[str, list[Any]]:
     return contents
 
 
-def _filled_then_migrated(url: str, revision: str) -> tuple[Engine, dict[str, Any]]:
-    """The store at ``revision``, filled, then migrated to the head: its engine, and its
-    contents before the migration."""
+def _filled_then_migrated(
+    url: str, revision: str, to: str | None = None
+) -> tuple[Engine, dict[str, Any]]:
+    """The store at ``revision``, filled, then migrated to ``to`` (the head unless
+    given): its engine, and its contents before the migration."""
     _alembic(url, "upgrade", revision)
     engine = _engine(url)
     with engine.begin() as conn:
         _fill(conn)
         before = _contents(conn)
-    migrate(parse_url(url))
+    if to is None:
+        migrate(parse_url(url))
+    else:
+        _alembic(url, "upgrade", to)
     return engine, before
 
 
@@ -171,7 +176,8 @@ def test_0007_keeps_every_row_and_drops_the_namespace_key(empty_url: str) -> Non
         assert _contents(conn) == before  # stream items included: nothing cascaded
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
         schema = inspect(conn)
-        assert [fk["referred_table"] for fk in schema.get_foreign_keys("invocations")] == ["queues"]
+        referred = [fk["referred_table"] for fk in schema.get_foreign_keys("invocations")]
+        assert "namespaces" not in referred  # (and since 0017, no key to "queues" either)
         indexes = {ix["name"]: ix for ix in schema.get_indexes("invocations")}
         assert indexes["ix_invocations_queue_id_key"]["unique"]
         assert {
@@ -192,7 +198,7 @@ def test_0007_keeps_every_row_and_drops_the_namespace_key(empty_url: str) -> Non
 def test_0007_a_used_key_is_refused_and_a_namespace_still_takes_its_invocations(
     empty_url: str,
 ) -> None:
-    engine, _ = _filled_then_migrated(empty_url, "0006")
+    engine, _ = _filled_then_migrated(empty_url, "0006", to="0007")
 
     with pytest.raises(IntegrityError), engine.begin() as conn:
         conn.execute(insert(invocations).values(_invocation("inv_6", "a", "k1")))
@@ -382,4 +388,22 @@ def test_0016_indexes_pending_keyed_rows_keeping_every_row(empty_url: str) -> No
     with engine.begin() as conn:
         assert _contents(conn) == before
         assert "ix_invocations_pending_key" not in _index_definitions(conn)
+    engine.dispose()
+
+
+def test_0017_drops_the_invocations_queue_key_keeping_every_row(empty_url: str) -> None:
+    engine, before = _filled_then_migrated(empty_url, "0016")
+
+    with engine.begin() as conn:
+        assert _contents(conn) == before  # stream items included: nothing cascaded
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        assert inspect(conn).get_foreign_keys("invocations") == []
+        made = _index_definitions(conn)
+        assert "DESC" in made["ix_invocations_claimable_priority"]  # made again on SQLite
+        assert "concurrency_key IS NOT NULL" in made["ix_invocations_pending_key"]
+    _alembic(empty_url, "downgrade", "0016")  # and back, rows kept, the key again
+    with engine.begin() as conn:
+        assert _contents(conn) == before
+        referred = [fk["referred_table"] for fk in inspect(conn).get_foreign_keys("invocations")]
+        assert referred == ["queues"]
     engine.dispose()

@@ -161,9 +161,10 @@ invocations = Table(
     "invocations",
     metadata,
     Column("id", ID, primary_key=True),
-    # its queue's namespace: the queue's foreign key ties the row to both (0007)
+    # its queue's namespace and its queue, without foreign keys (0007, 0017): every
+    # insert reads and holds its queue's row, and a queue is never deleted (archived)
     Column("namespace_id", ID, nullable=False),
-    Column("queue_id", ID, ForeignKey("queues.id", ondelete=CASCADE), nullable=False),
+    Column("queue_id", ID, nullable=False),
     Column("queue_name", String(63), nullable=False),  # denormalized, as the model says
     Column("fn", String(512), nullable=False),
     Column("args", Json, nullable=False),

@@ -231,6 +231,8 @@ def _rows(
     queue_retry = queue.spec.retry
     # the last policy and its stored form: a batch's submits mostly share one
     last: tuple[retries.RetryPolicy, dict[str, Any] | None] = (retries.DEFAULT, None)
+    queue_name = queue.name
+    created_at = now  # a microsecond apart, so a batch keeps its order in fifo and filo queues
     for position, (submit, where) in enumerate(zip(submits, places, strict=True)):
         kwargs = submit.kwargs
         policy = retry_policy(submit, queue_retry)
@@ -241,7 +243,7 @@ def _rows(
                 "id": ids[position],
                 "namespace_id": ns.id,
                 "queue_id": queue.id,
-                "queue_name": queue.name,
+                "queue_name": queue_name,
                 "fn": submit.fn,
                 "args": submit.args,
                 "kwargs": kwargs,
@@ -260,11 +262,14 @@ def _rows(
                 "available_at": now
                 if submit.delay_s is None and submit.not_before is None
                 else due_at(submit, now, where=where),
-                # a microsecond apart, so a batch keeps its order in fifo and filo queues
-                "created_at": now + timedelta(microseconds=position),
+                "created_at": created_at,
             }
         )
+        created_at += _MICROSECOND
     return rows
+
+
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class _Full(Exception):
