@@ -257,8 +257,8 @@ class AfterBursts:
     claims have ended), :func:`release_memory` runs (``release``) unless claims are back
     by then. It is the only full collection of the process at that time
     (:mod:`lakeshore.runtime` makes them rare), so a release is held off until
-    ``min_gap_s`` after the last, and until 100 times the last one's duration after it:
-    releases take at most about 1 % of the event loop's time."""
+    ``min_gap_s`` after the last, and until 100 times the CPU time the last one took after
+    it: releases take at most about 1 % of the event loop's time."""
 
     def __init__(
         self,
@@ -298,11 +298,11 @@ class AfterBursts:
         if self._now < self._armed_with:
             self._arm(loop)  # claims of the burst are still ending
             return
-        began = time.perf_counter()
+        began = time.thread_time()  # its own work, not the time others took the CPU
         self._release()
-        took = time.perf_counter() - began
+        took = time.thread_time() - began
         log.debug(
-            "memory released after a burst of %d claims in progress at once (%.1f ms)",
+            "memory released after a burst of %d claims in progress at once (%.1f ms of CPU)",
             self._peak,
             took * 1e3,
         )
