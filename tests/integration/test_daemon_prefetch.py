@@ -6,14 +6,12 @@ stops."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import httpx
 
-from lakeshore.daemon.prefetch import KEYED_CLAIM
 from lakeshore.daemon.worker import Daemon
-from tests.integration.daemons import NS, Flaky, daemon_for
+from tests.integration.daemons import NS, daemon_for
 
 
 async def _hello(api: httpx.AsyncClient, queue: str, **capabilities: int) -> str:
@@ -137,36 +135,3 @@ async def test_a_prefetched_invocation_starts_while_the_last_ones_report_is_on_i
             daemon.stop.set()
             await asyncio.gather(run, return_exceptions=True)
         assert (await _states(http, "slots")).get("succeeded") == 2
-
-
-async def test_a_daemon_claims_keyed_work_a_little_at_a_time_by_its_loop_alone(
-    app_transport: httpx.AsyncBaseTransport,
-) -> None:
-    """Keyed work (daemon/prefetch.py): every claim asks for at most KEYED_CLAIM, and
-    the reports claim nothing, however much the learned prefetch holds ahead."""
-    recorder = Flaky(app_transport, {})
-    daemon = daemon_for(recorder, "keyed")
-    daemon.config.capacity, daemon.config.burst = 2, False
-    daemon.config.runner = "thread"  # in process: a run takes microseconds
-    async with _as_daemon(app_transport, daemon) as http:
-        items = [
-            {"fn": "tests.udfs:square", "args": [n], "concurrency_key": "ab"[n % 2]}
-            for n in range(300)
-        ]
-        made = await http.post(f"{NS}/queues/keyed/invocations/batch", json={"invocations": items})
-        assert made.status_code == 201, made.text
-        run = asyncio.create_task(daemon.run())
-        try:
-            for _ in range(600):  # bounded: at most a minute
-                if (await _states(http, "keyed")).get("succeeded") == 300:
-                    break
-                await asyncio.sleep(0.1)
-        finally:
-            daemon.stop.set()
-            assert await asyncio.wait_for(run, 60) == 0
-        assert (await _states(http, "keyed")).get("succeeded") == 300
-    assert daemon.ahead.keyed
-    asked = [json.loads(body)["max"] for path, body in recorder.bodies if path.endswith("/claim")]
-    assert asked and max(asked) <= KEYED_CLAIM
-    reports = [json.loads(b) for path, b in recorder.bodies if path.endswith("/results")]
-    assert reports and all(report["claim"] == 0 for report in reports)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakeshore.daemon.prefetch import CEILING, KEYED_CLAIM, KEYED_MEMORY, Prefetch
+from lakeshore.daemon.prefetch import CEILING, Prefetch
 
 
 @pytest.mark.parametrize(
@@ -53,35 +53,3 @@ def test_prefetch_n_fixes_it(fixed: int) -> None:
     prefetch.ran(0.0001)
     prefetch.tripped(1.0)
     assert (prefetch.value, prefetch.declared) == (fixed, fixed)
-
-
-@pytest.mark.parametrize(
-    ("answers", "free", "asked"),
-    [
-        ([], 500, 500),  # nothing handed yet: all it may hold
-        ([(0, 500)], 500, 500),  # work without keys: all it may hold
-        ([(1, 0)], 500, KEYED_CLAIM),  # a keyed invocation: a little at a time
-        ([(1, 0)], 3, 3),  # never more than it may hold
-        ([(3, 97)], 500, KEYED_CLAIM),  # a mixed answer counts as keyed
-        ([(1, 0), (0, KEYED_MEMORY - 1)], 500, KEYED_CLAIM),  # keyed work not long ago
-        ([(1, 0), (0, KEYED_MEMORY)], 500, 500),  # none for KEYED_MEMORY: all again
-        ([(1, 0), (0, KEYED_MEMORY), (2, 0)], 500, KEYED_CLAIM),  # keys again
-        ([(1, KEYED_MEMORY)], 500, 500),  # an answer's unkeyed ones count after its keyed
-    ],
-)
-def test_keyed_work_is_claimed_a_little_at_a_time(
-    answers: list[tuple[int, int]], free: int, asked: int
-) -> None:
-    prefetch = Prefetch(8)
-    for keyed, plain in answers:
-        prefetch.handed(keyed, plain)
-    assert prefetch.claim(free) == asked
-
-
-def test_keys_leave_what_is_held_ahead_as_learned() -> None:
-    prefetch = Prefetch(8)
-    prefetch.ran(0.0001)
-    prefetch.tripped(0.050)
-    prefetch.handed(1, 0)
-    assert prefetch.keyed
-    assert (prefetch.value, prefetch.declared) == (CEILING, CEILING)

@@ -12,18 +12,7 @@ daemon keeps an average of its invocations' run time and of its reports' round t
 — hundreds for a stream of tiny invocations, 0 once an invocation takes longer than
 ``HEADROOM * capacity`` round trips (a few tenths of a second on a local network), and 0
 before it has run anything. ``lakeshore daemon run --prefetch N`` fixes it at ``N``.
-
-While its work has concurrency keys (one of the last :data:`KEYED_MEMORY` invocations it
-was handed had one), it claims at most :data:`KEYED_CLAIM` at a time, by its claim loop
-alone (not with its reports), whatever it holds. The server takes turns between keys in
-each claim, so another key's next invocation is leased by the next claim that begins and
-reaches the daemon as that claim's answer does: a claim of hundreds (or a report of
-hundreds of outcomes that claims as many) is a round trip of its own size, which it waits
-out twice, to be leased and to arrive. Small claims back to back keep both waits short
-(bench/fairness.py, docs/benchmarks.md). A queue without keys is claimed as before.
-
-Pure: the daemon hands it each duration it measured, and whether each invocation it was
-handed had a key.
+Pure: the daemon hands it each duration it measured.
 """
 
 from __future__ import annotations
@@ -34,8 +23,6 @@ from typing import Final
 CEILING: Final = 1_000  # the most held ahead, and what the daemon's hello declares
 HEADROOM: Final = 4.0  # round trips' worth of work held ahead per slot
 WEIGHT: Final = 0.2  # of the newest measure in each average
-KEYED_CLAIM: Final = 128  # the most one claim asks for while the work has keys
-KEYED_MEMORY: Final = CEILING  # invocations without a key after which that rule lifts
 
 
 @dataclass
@@ -47,7 +34,6 @@ class Prefetch:
     fixed: int | None = None
     run_s: float | None = None  # the average invocation's run
     trip_s: float | None = None  # the average report's round trip
-    since_keyed: int | None = None  # invocations handed since the last with a key
 
     @property
     def declared(self) -> int:
@@ -63,24 +49,6 @@ class Prefetch:
             return 0
         ahead = HEADROOM * self.capacity * self.trip_s / max(self.run_s, 1e-6)
         return min(CEILING, int(ahead))
-
-    def claim(self, free: int) -> int:
-        """How many one claim asks for, of the ``free`` it may hold: all of them, or at
-        most :data:`KEYED_CLAIM` while its work has keys."""
-        return min(free, KEYED_CLAIM) if self.keyed else free
-
-    @property
-    def keyed(self) -> bool:
-        """Whether one of the last :data:`KEYED_MEMORY` invocations handed had a key."""
-        return self.since_keyed is not None and self.since_keyed < KEYED_MEMORY
-
-    def handed(self, keyed: int, plain: int) -> None:
-        """The daemon was handed one answer's invocations: ``keyed`` with a concurrency
-        key, ``plain`` without (their order within it does not matter at this grain)."""
-        if keyed:
-            self.since_keyed = plain
-        elif self.since_keyed is not None:
-            self.since_keyed += plain
 
     def ran(self, seconds: float) -> None:
         """An invocation ran this long (its slot taken until its outcome was known)."""

@@ -255,7 +255,7 @@ class Daemon:
                 if burst_wait is None:
                     return  # nothing runs, nothing is pending: done
                 wait = burst_wait
-            response = await self._ask(wait, self.ahead.claim(free))
+            response = await self._ask(wait, free)
             if response == _STOP:
                 return
             if not isinstance(response, transport.Answer):
@@ -307,11 +307,8 @@ class Daemon:
         return answer
 
     def _start_all(self, invocations: list[dict[str, Any]]) -> None:
-        if not invocations:
-            return
-        self.sentinel.claimed([i["id"] for i in invocations])
-        keyed = sum(1 for i in invocations if i.get("concurrency_key") is not None)
-        self.ahead.handed(keyed, len(invocations) - keyed)  # keyed: claimed a little at a time
+        if invocations:
+            self.sentinel.claimed([i["id"] for i in invocations])
         for claimed in invocations:
             invocation = Invocation.of(claimed)
             self.prefetched.add(invocation.id)  # until it has a slot
@@ -324,12 +321,6 @@ class Daemon:
         claim. None when stopping, or while a claim is waiting for work anyway (the queues
         were empty when it asked: a second claim would only contend with it)."""
         if self.stop.is_set() or self.retired or self.polling:
-            return 0
-        if self.ahead.keyed and not self.config.burst:
-            # keyed work is claimed by the loop, a little at a time (.prefetch): a report
-            # carrying hundreds of outcomes is slow, and another key's invocation it
-            # claimed would wait for all of them (a burst daemon's loop does not claim
-            # while it runs, its reports do)
             return 0
         return self._holds() - len(self.running) + reported
 
