@@ -105,6 +105,9 @@ class Reporter:
                 except Exception:  # an answer not understood must not stop every report
                     log.exception("reporting %d result(s) failed", len(batch))
                     self._settle(batch, {}, Answer(UNDELIVERED))
+                # a turn of the loop for the runs this answer settled to end (their slots
+                # free), so the next report's claim counts them
+                await asyncio.sleep(0)
 
     def _next_batch(self) -> list[_Pending]:
         batch: list[_Pending] = []

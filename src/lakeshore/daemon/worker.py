@@ -442,6 +442,9 @@ class Daemon:
                 self.reporting.discard(invocation_id)
         finally:
             self.sentinel.end(invocation_id)
+            # its slot counts as free from now on, not from the task's end a turn of the
+            # loop later: the next report, sent at once, claims it again
+            self.running.pop(invocation_id, None)
 
     async def _run(self, invocation: Invocation) -> Outcome:
         base = f"/v1/workers/{self.worker_id}/invocations/{invocation.id}"
